@@ -1,0 +1,37 @@
+# Two commands for a fresh machine:
+#   make demo   — builds/loads the cached fact LM, edits one fact, prints before/after
+#   make test   — native tests (sanitizers, aarch64 under qemu), then pytest
+# Both create or refresh the local virtual environment .venv themselves.
+
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export OMP_NUM_THREADS := 1
+
+.PHONY: demo test venv native-test pytest clean
+
+$(STAMP): pyproject.toml CMakeLists.txt $(shell find native -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q "torch==2.13.0" "scikit-build-core==1.1.2" "pybind11==3.1.0"
+	$(VPY) -m pip install -q --no-build-isolation -e ".[export,test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/mobiedit demo
+
+native-test:
+	bash native/ci.sh
+
+pytest: $(STAMP)
+	$(VPY) -m pytest -q -p no:cacheprovider
+
+test: $(STAMP) native-test pytest
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,190 @@
+package dev.mobiedit.demo.app;
+
+import dev.mobiedit.demo.core.ByteLevelBpe;
+import dev.mobiedit.demo.core.EditRequest;
+import dev.mobiedit.demo.core.EditTarget;
+import dev.mobiedit.demo.core.Files2;
+import dev.mobiedit.demo.core.Generation;
+import dev.mobiedit.demo.core.Journal;
+import dev.mobiedit.demo.core.JournalEntry;
+import dev.mobiedit.demo.core.Json;
+import dev.mobiedit.demo.core.Manifest;
+import dev.mobiedit.demo.core.ManifestReader;
+import dev.mobiedit.demo.core.MobiEditError;
+import java.io.File;
+import java.io.IOException;
+import java.text.SimpleDateFormat;
+import java.util.ArrayList;
+import java.util.Date;
+import java.util.List;
+import java.util.Locale;
+import java.util.TimeZone;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * A loaded bundle: verified manifest, tokenizer, key statistics, journal and the runtime's
+ * programs, with the journal's active edits in the rank-one slots. All methods run on one worker
+ * thread (the UI never calls them directly).
+ */
+public final class BundleSession {
+    /** Tokens the chat and the before/after answers generate at most. */
+    public static final int MAX_ANSWER_TOKENS = 24;
+    private final File dir;
+    private final File cacheDir;
+    private final Manifest manifest;
+    private final ByteLevelBpe tok;
+    private final KeyStats keys;
+    private final Journal journal;
+    private final ModelRuntime runtime;
+    private List<String> templates;
+
+    private BundleSession(File dir, File cacheDir, Manifest manifest, ByteLevelBpe tok,
+            KeyStats keys, Journal journal, ModelRuntime runtime) {
+        this.dir = dir;
+        this.cacheDir = cacheDir;
+        this.manifest = manifest;
+        this.tok = tok;
+        this.keys = keys;
+        this.journal = journal;
+        this.runtime = runtime;
+    }
+
+    /**
+     * Open {@code dir}: verify the manifest and every checksum, read the tokenizer, keystats and
+     * journal, load the programs and fill the slots. {@code cacheDir} keeps the context templates.
+     */
+    public static BundleSession open(File dir, File cacheDir, ModelRuntime.Factory factory,
+            ManifestReader.Progress progress) throws Exception {
+        Manifest m = ManifestReader.open(dir, progress);
+        if (!Manifest.RUNTIME_EXECUTORCH.equals(m.runtime)) {
+            throw new MobiEditError("bundle runtime is '" + m.runtime + "'",
+                "manifest.json, field 'runtime'",
+                "this app runs ExecuTorch bundles: mobiedit export --runtime executorch");
+        }
+        File tf = new File(dir, "tokenizer.json");
+        ByteLevelBpe tok = ByteLevelBpe.fromJson(Files2.readText(tf), tf.getPath());
+        KeyStats keys = KeyStats.open(dir, m.dIn());
+        Journal journal = Journal.open(new File(dir, "journal"));
+        ModelRuntime rt = factory.open(dir, m);
+        BundleSession s = new BundleSession(dir, cacheDir, m, tok, keys, journal, rt);
+        s.refreshSlots();
+        return s;
+    }
+
+    public Manifest manifest() {
+        return manifest;
+    }
+
+    public ByteLevelBpe tokenizer() {
+        return tok;
+    }
+
+    public Journal journal() {
+        return journal;
+    }
+
+    public File folder() {
+        return dir;
+    }
+
+    /** Greedy answer of the current model (with the active edits). */
+    public String answer(String prompt) throws Exception {
+        return Generation.greedy(runtime.chat(), tok, prompt, MAX_ANSWER_TOKENS, manifest.eos);
+    }
+
+    /** Search an edit (nothing recorded); null if cancelled. */
+    public EditOutcome edit(EditRequest req, EditRunner.Listener listener, AtomicBoolean cancel)
+            throws Exception {
+        EditRunner runner = new EditRunner(tok, manifest, runtime.edit(), keys);
+        float[][] slots = slots();
+        EditRunner.Answerer answerer = new EditRunner.Answerer() {
+            @Override
+            public String answer(String prompt) throws Exception {
+                return BundleSession.this.answer(prompt);
+            }
+        };
+        return runner.run(req, templates(), slots, answerer, listener, cancel);
+    }
+
+    /** Record {@code outcome} in the journal and put it into a slot. */
+    public JournalEntry apply(EditOutcome outcome) {
+        JournalEntry e = journal.record(outcome.request, EditTarget.of(manifest), outcome.u,
+            outcome.w, outcome.metrics(), outcome.configJson(), nowIso());
+        refreshSlots();
+        return e;
+    }
+
+    /** Undo edit {@code id} (journal status "undone", slot freed). */
+    public JournalEntry undo(long id) {
+        JournalEntry e = journal.undo(id);
+        refreshSlots();
+        return e;
+    }
+
+    /** Release the programs. */
+    public void close() {
+        runtime.close();
+    }
+
+    /** The context templates of this bundle (generated once, then cached in cacheDir). */
+    public List<String> templates() throws Exception {
+        if (templates != null) {
+            return templates;
+        }
+        String key = manifest.files.get(manifest.program("prefill")).sha256.substring(0, 16);
+        File cache = new File(cacheDir, "templates-" + key + ".json");
+        if (cache.isFile()) {
+            templates = readTemplates(cache);
+            if (templates.size() == manifest.shapes.editRows - 1) {
+                return templates;
+            }
+        }
+        float[][] empty = {new float[manifest.slots * manifest.dOut()],
+            new float[manifest.slots * manifest.dIn()]};
+        runtime.setSlots(empty[0], empty[1]);
+        try {
+            templates = Generation.contextTemplates(runtime.chat(), tok,
+                manifest.shapes.editRows - 1, 5, 10, 0L);
+        } finally {
+            refreshSlots();
+        }
+        try {
+            Files2.writeTextAtomic(cache, Json.write(new ArrayList<Object>(templates), false));
+        } catch (IOException e) {
+            // Cache only: the templates are regenerated next time.
+        }
+        return templates;
+    }
+
+    private float[][] slots() {
+        return journal.slotFactors(manifest.editModule, manifest.slots, manifest.dOut(),
+            manifest.dIn());
+    }
+
+    private void refreshSlots() {
+        float[][] s = slots();
+        runtime.setSlots(s[0], s[1]);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static List<String> readTemplates(File f) throws IOException {
+        List<String> out = new ArrayList<String>();
+        Object v = Json.parse(Files2.readText(f), f.getPath());
+        if (v instanceof List) {
+            for (Object o : (List<Object>) v) {
+                if (o instanceof String && ((String) o).contains(EditRequest.SLOT)) {
+                    out.add((String) o);
+                }
+            }
+        }
+        return out;
+    }
+
+    /** UTC time like Python's datetime.now(timezone.utc).isoformat(). */
+    public static String nowIso() {
+        SimpleDateFormat f = new SimpleDateFormat("yyyy-MM-dd'T'HH:mm:ss.SSS'000+00:00'",
+            Locale.ROOT);
+        f.setTimeZone(TimeZone.getTimeZone("UTC"));
+        return f.format(new Date());
+    }
+}

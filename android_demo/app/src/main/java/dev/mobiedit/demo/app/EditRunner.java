@@ -1,0 +1,152 @@
+package dev.mobiedit.demo.app;
+
+import dev.mobiedit.demo.core.ByteLevelBpe;
+import dev.mobiedit.demo.core.EditBatch;
+import dev.mobiedit.demo.core.EditBatchBuilder;
+import dev.mobiedit.demo.core.EditRequest;
+import dev.mobiedit.demo.core.Manifest;
+import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.jni.EngineConfig;
+import dev.mobiedit.demo.jni.EngineStatus;
+import dev.mobiedit.demo.jni.NativeEngine;
+import dev.mobiedit.demo.jni.NativeEngineException;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * One forward-only edit, end to end (mobiedit/methods/zo_edit.py on the phone): batch → prefix
+ * program → native ZO loop whose forwards run the edit program → rank-one factors
+ * u = delta, w = C^-1 k̄ / (k_cur · C^-1 k̄). Runs on a worker thread; progress and the
+ * before-answer go to the {@link Listener}. Nothing is recorded here (see BundleSession.apply).
+ */
+public final class EditRunner {
+
+    /** Progress of a run (called on the worker thread). */
+    public interface Listener {
+        void prepared(String beforeAnswer);
+
+        void progress(long step, double loss, long evals);
+    }
+
+    /** Answers a prompt with the current model (before-answer); may return "". */
+    public interface Answerer {
+        String answer(String prompt) throws Exception;
+    }
+
+    private final ByteLevelBpe tok;
+    private final Manifest manifest;
+    private final EditPrograms programs;
+    private final KeyStats keys;
+    private EngineConfig config;
+
+    public EditRunner(ByteLevelBpe tok, Manifest manifest, EditPrograms programs, KeyStats keys) {
+        this.tok = tok;
+        this.manifest = manifest;
+        this.programs = programs;
+        this.keys = keys;
+    }
+
+    /** Override the loop settings (default: {@link EngineConfig#mobiEditDefaults}). */
+    public void setConfig(EngineConfig c) {
+        config = c;
+    }
+
+    /**
+     * Search the edit for {@code req}. Returns null if {@code cancel} was set; a NONFINITE or
+     * ERROR stop throws MobiEditError with the engine's message.
+     */
+    public EditOutcome run(EditRequest req, List<String> templates, float[][] slots,
+            Answerer answerer, Listener listener, AtomicBoolean cancel) throws Exception {
+        long t0 = System.currentTimeMillis();
+        int d = manifest.dOut();
+        EditBatch batch = EditBatchBuilder.build(tok, req, templates, manifest.shapes,
+            manifest.pad);
+        PrefixState st = programs.prefix(batch, slots[0], slots[1]);
+        checkLengths(st, d, manifest.dIn());
+        String before = answerer == null ? "" : answerer.answer(req.rewritePrompt());
+        if (listener != null) {
+            listener.prepared(before);
+        }
+        float scale = EditObjective.scaleOf(st.vInit);
+        if (!(scale > 0)) {
+            throw new MobiEditError("||v_init|| is 0 or not finite", "prefix program output",
+                "re-export the bundle (the prefix program returned a zero value vector)");
+        }
+        EditObjective obj = new EditObjective(programs, st, d, scale, batch.nRewrite, cancel);
+        EngineConfig cfg = config != null ? config : EngineConfig.mobiEditDefaults(d);
+        NativeEngine engine = new NativeEngine();
+        try {
+            engine.configure(cfg, d);
+            EngineStatus status = loop(engine, obj, listener, cancel);
+            if (status == null) {
+                return null;
+            }
+            if (status == EngineStatus.NONFINITE) {
+                throw new MobiEditError("the search produced NaN/Inf (" + engine.message() + ")",
+                    "edit loop", "retry; if it repeats, re-export the bundle in fp32");
+            }
+            float[] z = engine.x();
+            boolean ok = status.isSuccess() || obj.holds(z);
+            float[] delta = new float[d];
+            for (int i = 0; i < d; i++) {
+                delta[i] = z[i] * scale;
+            }
+            float[][] f = factors(st, delta);
+            return new EditOutcome(req, status, ok, engine.steps(), obj.evals(), engine.history(),
+                delta, f[0], f[1], System.currentTimeMillis() - t0, cfg);
+        } finally {
+            engine.close();
+        }
+    }
+
+    /** Step until done; null when cancelled. */
+    private EngineStatus loop(NativeEngine engine, EditObjective obj, Listener listener,
+            AtomicBoolean cancel) {
+        EngineStatus status = EngineStatus.RUNNING;
+        while (!status.isDone()) {
+            if (cancel != null && cancel.get()) {
+                return null;
+            }
+            try {
+                status = engine.step(obj, obj);
+            } catch (NativeEngineException e) {
+                if (e.getCause() instanceof Cancelled) {
+                    return null;
+                }
+                throw e;
+            }
+            double[] h = engine.history();
+            if (listener != null && h.length > 0) {
+                listener.progress(engine.steps(), h[h.length - 1], obj.evals());
+            }
+        }
+        return status;
+    }
+
+    /** ROME factors for v* = out_cur + delta at k_cur, direction C^-1 k̄ (native rank_one). */
+    float[][] factors(PrefixState st, float[] delta) {
+        int d = delta.length;
+        float[] vStar = new float[d];
+        for (int i = 0; i < d; i++) {
+            vStar[i] = st.outCur[i] + delta[i];
+        }
+        float[] c = keys.solve(st.kBar);
+        float[] u = new float[d];
+        float[] w = new float[st.kCur.length];
+        NativeEngine.rankOne(st.kCur, vStar, st.outCur, c, u, w);
+        return new float[][] {u, w};
+    }
+
+    private static void checkLengths(PrefixState st, int dOut, int dIn) {
+        Object[][] want = {{"k_bar", st.kBar, dIn}, {"k_cur", st.kCur, dIn},
+            {"out_cur", st.outCur, dOut}, {"v_init", st.vInit, dOut}};
+        for (Object[] w : want) {
+            float[] a = (float[]) w[1];
+            if (a == null || a.length != (Integer) w[2]) {
+                throw new MobiEditError("output '" + w[0] + "' has length "
+                    + (a == null ? "none" : a.length) + ", expected " + w[2],
+                    "prefix program", "re-export the bundle with this app's version of mobiedit");
+            }
+        }
+    }
+}

@@ -1,0 +1,307 @@
+package dev.mobiedit.demo.core;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+
+/**
+ * The edit screen's state: which phase the edit is in, its progress and results, and which
+ * buttons are enabled. Pure logic (no Android); the screen calls the user events, the worker
+ * thread's results arrive through the run events (posted to the UI thread).
+ *
+ * <pre>
+ *  IDLE --submit(valid)--> PREPARING --prepared--> RUNNING --finished--> SUCCEEDED | NOT_CONVERGED
+ *  PREPARING / RUNNING --cancel--> CANCELLING --cancelled / finished--> CANCELLED
+ *  SUCCEEDED | NOT_CONVERGED --apply--> APPLYING --applied--> APPLIED
+ *  SUCCEEDED | NOT_CONVERGED --discard--> IDLE
+ *  PREPARING | RUNNING | CANCELLING | APPLYING --failed--> FAILED
+ *  APPLIED | FAILED | CANCELLED --submit--> (as from IDLE);  --reset--> IDLE
+ * </pre>
+ * An invalid submit stays in its phase and sets {@link #error()} (naming the form field). An
+ * event not allowed in the current phase throws IllegalStateException naming both.
+ */
+public final class EditStateMachine {
+
+    /** Phases of one edit. */
+    public enum Phase {
+        IDLE, PREPARING, RUNNING, SUCCEEDED, NOT_CONVERGED, CANCELLING, CANCELLED, APPLYING,
+        APPLIED, FAILED
+    }
+
+    /** Told after every change. */
+    public interface Listener {
+        void changed(EditStateMachine machine);
+    }
+
+    private Phase phase = Phase.IDLE;
+    private Listener listener;
+    private EditRequest request;
+    private String error;
+    private String before;
+    private String after;
+    private String status;
+    private long step;
+    private long evals;
+    private double loss = Double.NaN;
+    private final List<Double> losses = new ArrayList<Double>();
+    private long editId = -1;
+
+    /** Set (or clear with null) the listener. */
+    public synchronized void setListener(Listener l) {
+        listener = l;
+    }
+
+    // ------------------------------------------------------------------ user events
+
+    /**
+     * Validate the form; if valid, start (PREPARING) and return the request, else keep the phase,
+     * set {@link #error()} and return null.
+     */
+    public synchronized EditRequest submit(String subject, String prompt, String newAnswer) {
+        require("submit", Phase.IDLE, Phase.APPLIED, Phase.FAILED, Phase.CANCELLED);
+        EditRequest r;
+        try {
+            r = EditRequest.fromForm(subject, prompt, newAnswer);
+        } catch (MobiEditError e) {
+            error = e.getMessage();
+            notifyListener();
+            return null;
+        }
+        clearRun();
+        request = r;
+        phase = Phase.PREPARING;
+        notifyListener();
+        return r;
+    }
+
+    /** Ask the running edit to stop (the worker reports cancelled() or finished()). */
+    public synchronized void cancel() {
+        require("cancel", Phase.PREPARING, Phase.RUNNING);
+        phase = Phase.CANCELLING;
+        notifyListener();
+    }
+
+    /** Start recording the found edit in the journal. */
+    public synchronized void apply() {
+        require("apply", Phase.SUCCEEDED, Phase.NOT_CONVERGED);
+        phase = Phase.APPLYING;
+        notifyListener();
+    }
+
+    /** Drop the found edit (nothing is recorded). */
+    public synchronized void discard() {
+        require("discard", Phase.SUCCEEDED, Phase.NOT_CONVERGED);
+        clearRun();
+        phase = Phase.IDLE;
+        notifyListener();
+    }
+
+    /** Back to IDLE from a finished edit. */
+    public synchronized void reset() {
+        require("reset", Phase.APPLIED, Phase.FAILED, Phase.CANCELLED, Phase.IDLE);
+        clearRun();
+        phase = Phase.IDLE;
+        notifyListener();
+    }
+
+    // ------------------------------------------------------------------ run events
+
+    /** The batch and prefix state are ready; {@code beforeAnswer} is the unedited answer. */
+    public synchronized void prepared(String beforeAnswer) {
+        if (phase == Phase.CANCELLING) {
+            before = beforeAnswer;
+            return;
+        }
+        require("prepared", Phase.PREPARING);
+        before = beforeAnswer;
+        phase = Phase.RUNNING;
+        notifyListener();
+    }
+
+    /** One loop step done: forward calls so far, its base loss, loss evaluations so far. */
+    public synchronized void progress(long stepsDone, double baseLoss, long evalsDone) {
+        if (phase == Phase.CANCELLING) {
+            return;
+        }
+        require("progress", Phase.RUNNING);
+        step = stepsDone;
+        loss = baseLoss;
+        evals = evalsDone;
+        losses.add(baseLoss);
+        notifyListener();
+    }
+
+    /**
+     * The loop stopped with {@code engineStatus} ("SUCCESS_CHECK", "MAX_STEPS", ...);
+     * {@code succeeded} says whether the edit holds (early stop or final check).
+     */
+    public synchronized void finished(String engineStatus, boolean succeeded, long stepsDone,
+            long evalsDone) {
+        require("finished", Phase.RUNNING, Phase.CANCELLING);
+        status = engineStatus;
+        step = stepsDone;
+        evals = evalsDone;
+        if (phase == Phase.CANCELLING) {
+            phase = Phase.CANCELLED;
+        } else {
+            phase = succeeded ? Phase.SUCCEEDED : Phase.NOT_CONVERGED;
+        }
+        notifyListener();
+    }
+
+    /** The worker stopped because of cancel(). */
+    public synchronized void cancelled() {
+        require("cancelled", Phase.CANCELLING, Phase.PREPARING, Phase.RUNNING);
+        phase = Phase.CANCELLED;
+        notifyListener();
+    }
+
+    /** The edit was recorded as journal entry {@code id}; {@code afterAnswer} is the new answer. */
+    public synchronized void applied(long id, String afterAnswer) {
+        require("applied", Phase.APPLYING);
+        editId = id;
+        after = afterAnswer;
+        phase = Phase.APPLIED;
+        notifyListener();
+    }
+
+    /** Something failed while busy; {@code message} names what and how to fix it. */
+    public synchronized void failed(String message) {
+        require("failed", Phase.PREPARING, Phase.RUNNING, Phase.CANCELLING, Phase.APPLYING);
+        error = message;
+        phase = Phase.FAILED;
+        notifyListener();
+    }
+
+    // ------------------------------------------------------------------ queries
+
+    public synchronized Phase phase() {
+        return phase;
+    }
+
+    /** The request being edited, or null. */
+    public synchronized EditRequest request() {
+        return request;
+    }
+
+    /** Validation or failure message, or null. */
+    public synchronized String error() {
+        return error;
+    }
+
+    public synchronized String before() {
+        return before;
+    }
+
+    public synchronized String after() {
+        return after;
+    }
+
+    /** Engine status name once finished, else null. */
+    public synchronized String status() {
+        return status;
+    }
+
+    public synchronized long step() {
+        return step;
+    }
+
+    public synchronized long evals() {
+        return evals;
+    }
+
+    /** Last base loss (NaN before the first step). */
+    public synchronized double loss() {
+        return loss;
+    }
+
+    /** Base loss of every step so far. */
+    public synchronized List<Double> losses() {
+        return Collections.unmodifiableList(new ArrayList<Double>(losses));
+    }
+
+    /** Journal id of the applied edit, or -1. */
+    public synchronized long editId() {
+        return editId;
+    }
+
+    /** True while the worker thread owns the edit. */
+    public synchronized boolean isBusy() {
+        return phase == Phase.PREPARING || phase == Phase.RUNNING || phase == Phase.CANCELLING
+            || phase == Phase.APPLYING;
+    }
+
+    public synchronized boolean canSubmit() {
+        return phase == Phase.IDLE || phase == Phase.APPLIED || phase == Phase.FAILED
+            || phase == Phase.CANCELLED;
+    }
+
+    public synchronized boolean canCancel() {
+        return phase == Phase.PREPARING || phase == Phase.RUNNING;
+    }
+
+    public synchronized boolean canApply() {
+        return phase == Phase.SUCCEEDED || phase == Phase.NOT_CONVERGED;
+    }
+
+    /** One line for the progress label. */
+    public synchronized String statusLine() {
+        switch (phase) {
+            case IDLE:
+                return error != null ? error : "Type a fact and press Edit.";
+            case PREPARING:
+                return "Preparing (tokenising, prefix forward)…";
+            case RUNNING:
+                return "Step " + step + "  loss " + fmt(loss) + "  (" + evals + " loss evaluations)";
+            case SUCCEEDED:
+                return "Early stop after " + step + " steps (" + status + "), loss " + fmt(loss)
+                    + ". Apply to keep it.";
+            case NOT_CONVERGED:
+                return "Stopped after " + step + " steps (" + status + ") without the edit holding."
+                    + " Apply anyway or discard.";
+            case CANCELLING:
+                return "Cancelling…";
+            case CANCELLED:
+                return "Cancelled.";
+            case APPLYING:
+                return "Recording the edit…";
+            case APPLIED:
+                return "Applied as edit #" + editId + ".";
+            default:
+                return "Failed: " + error;
+        }
+    }
+
+    private static String fmt(double v) {
+        return Double.isNaN(v) ? "–" : String.format(java.util.Locale.ROOT, "%.4f", v);
+    }
+
+    private void require(String event, Phase... allowed) {
+        for (Phase p : allowed) {
+            if (p == phase) {
+                return;
+            }
+        }
+        throw new IllegalStateException("edit screen: event '" + event
+            + "' is not allowed in phase " + phase);
+    }
+
+    private void clearRun() {
+        request = null;
+        error = null;
+        before = null;
+        after = null;
+        status = null;
+        step = 0;
+        evals = 0;
+        loss = Double.NaN;
+        losses.clear();
+        editId = -1;
+    }
+
+    private void notifyListener() {
+        if (listener != null) {
+            listener.changed(this);
+        }
+    }
+}

@@ -1,0 +1,351 @@
+package dev.mobiedit.demo.core;
+
+import java.io.File;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The bundle's edit journal (folder {@code journal/}), readable and writable by both this app and
+ * mobiedit/journal.py: {@code journal.jsonl} (one sorted-key JSON object per edit, rewritten whole
+ * and atomically on every change), {@code edit-NNNNNN.safetensors} (float32 {@code u} [d_out],
+ * {@code w} [d_in]; its sha256 is in the entry) and {@code base.safetensors} (pre-edit weights,
+ * written by the exporter; the app only reads it to fill {@code base_sha256}).
+ *
+ * <p>On the phone edits are not baked into weights: the active edits fill the inference programs'
+ * rank-one slots in id order ({@link #slotFactors}); undo marks an entry "undone" and the next
+ * slot fill leaves it out. One writer at a time (the app's single worker thread).
+ */
+public final class Journal {
+    public static final String JOURNAL_FILE = "journal.jsonl";
+    public static final String BASE_FILE = "base.safetensors";
+    private static final String RESTORE = JournalEntry.RESTORE;
+
+    private final File folder;
+    private List<JournalEntry> entries;
+
+    private Journal(File folder, List<JournalEntry> entries) {
+        this.folder = folder;
+        this.entries = entries;
+    }
+
+    /**
+     * Open (or start, if the folder is missing or holds only base.safetensors) a journal,
+     * validating every line and the sha256 of every factors file.
+     */
+    public static Journal open(File folder) {
+        File path = new File(folder, JOURNAL_FILE);
+        if (!path.exists()) {
+            String[] names = folder.list();
+            boolean onlyBase = names == null || names.length == 0
+                || (names.length == 1 && BASE_FILE.equals(names[0]));
+            if (folder.exists() && (!folder.isDirectory() || !onlyBase)) {
+                throw new MobiEditError("no " + JOURNAL_FILE + " in a non-empty folder",
+                    folder.getPath(), "pass a journal folder, or a new/empty folder to start one");
+            }
+            Journal j = new Journal(folder, new ArrayList<JournalEntry>());
+            j.write(j.entries);
+            return j;
+        }
+        String text;
+        try {
+            text = Files2.readText(path);
+        } catch (IOException e) {
+            throw new MobiEditError("cannot read (" + e.getMessage() + ")", path.getPath(),
+                "check permissions", e);
+        }
+        Journal j = new Journal(folder, parse(text, path.getPath()));
+        for (JournalEntry e : j.entries) {
+            j.factorsBytes(e);
+        }
+        return j;
+    }
+
+    /** Entries of a journal text; ids strictly increase and a module's rows agree. */
+    static List<JournalEntry> parse(String text, String where) {
+        List<JournalEntry> out = new ArrayList<JournalEntry>();
+        if (text.length() == 0) {
+            return out;
+        }
+        String[] lines = text.split("\n", -1);
+        if (lines[lines.length - 1].length() != 0) {
+            throw new MobiEditError("last line has no newline (torn or hand-edited)",
+                where + ", line " + lines.length, RESTORE);
+        }
+        for (int n = 1; n < lines.length; n++) {
+            String at = where + ", line " + n;
+            JournalEntry e = JournalEntry.fromJson(Json.parse(lines[n - 1], at), at);
+            if (!out.isEmpty() && e.id <= out.get(out.size() - 1).id) {
+                throw new MobiEditError("id " + e.id + " does not follow "
+                    + out.get(out.size() - 1).id, at + ", field 'id'", "ids must strictly increase");
+            }
+            JournalEntry first = firstOn(out, e.module);
+            if (first != null) {
+                String bad = first.family.equals(e.family) ? null : "family";
+                bad = bad != null ? bad : first.weightOutIn == e.weightOutIn ? null : "weight_out_in";
+                bad = bad != null ? bad : first.dOut == e.dOut ? null : "d_out";
+                bad = bad != null ? bad : first.dIn == e.dIn ? null : "d_in";
+                bad = bad != null ? bad : first.baseSha256.equals(e.baseSha256) ? null : "base_sha256";
+                if (bad != null) {
+                    throw new MobiEditError("differs from edit " + first.id + " on the same module",
+                        at + " (edit " + e.id + "), field '" + bad + "'", RESTORE);
+                }
+            }
+            out.add(e);
+        }
+        return out;
+    }
+
+    /** The journal folder. */
+    public File folder() {
+        return folder;
+    }
+
+    /** All entries in id order. */
+    public List<JournalEntry> entries() {
+        return Collections.unmodifiableList(entries);
+    }
+
+    /** Entries with status "applied", in id order. */
+    public List<JournalEntry> active() {
+        List<JournalEntry> out = new ArrayList<JournalEntry>();
+        for (JournalEntry e : entries) {
+            if (e.isActive()) {
+                out.add(e);
+            }
+        }
+        return out;
+    }
+
+    /** The entry with {@code id}; MobiEditError naming the valid ids otherwise. */
+    public JournalEntry entry(long id) {
+        for (JournalEntry e : entries) {
+            if (e.id == id) {
+                return e;
+            }
+        }
+        List<Long> ids = new ArrayList<Long>();
+        for (JournalEntry e : entries) {
+            ids.add(e.id);
+        }
+        throw new MobiEditError("no edit " + id, journalPath(), "use one of the ids " + ids);
+    }
+
+    /** (u [d_out], w [d_in]) of an entry, after checking sha256, dtype and shapes. */
+    public float[][] loadFactors(JournalEntry e) {
+        String where = journalPath() + ", edit " + e.id;
+        Safetensors.Contents c;
+        try {
+            c = Safetensors.parse(factorsBytes(e), where + ", field 'factors'");
+        } catch (MobiEditError err) {
+            throw new MobiEditError("factors file is not valid safetensors (" + err.detail() + ")",
+                where + ", field 'factors'", RESTORE, err);
+        }
+        String[] keys = {"u", "w"};
+        int[] sizes = {e.dOut, e.dIn};
+        float[][] out = new float[2][];
+        for (int i = 0; i < 2; i++) {
+            Tensor t = c.tensors.get(keys[i]);
+            long[] shape = t == null ? null : t.shape();
+            if (t == null || !"F32".equals(t.dtype) || shape.length != 1 || shape[0] != sizes[i]) {
+                String got = t == null ? "None" : t.dtype + Arrays.toString(shape);
+                throw new MobiEditError("factor '" + keys[i] + "' is " + got + ", expected float32["
+                    + sizes[i] + "]", where + ", field '" + keys[i] + "'", RESTORE);
+            }
+            out[i] = t.floats();
+        }
+        return out;
+    }
+
+    /**
+     * sha256 of {@code module}'s base weight: from the module's earlier entries, else
+     * {@link TensorHash} of base.safetensors[module] (written by mobiedit export).
+     */
+    public String baseSha256(String module) {
+        JournalEntry first = firstOn(entries, module);
+        if (first != null) {
+            return first.baseSha256;
+        }
+        File base = new File(folder, BASE_FILE);
+        String fix = "re-export the bundle: journal/base.safetensors must hold the base weight of "
+            + module;
+        if (!base.isFile()) {
+            throw new MobiEditError("missing", base.getPath(), fix);
+        }
+        try {
+            Safetensors.Contents c = Safetensors.parse(Files2.read(base), base.getPath());
+            Tensor t = c.tensors.get(module);
+            if (t == null) {
+                throw new MobiEditError("has no tensor '" + module + "'", base.getPath(), fix);
+            }
+            return TensorHash.of(t);
+        } catch (IOException e) {
+            throw new MobiEditError("cannot read (" + e.getMessage() + ")", base.getPath(), fix, e);
+        }
+    }
+
+    /**
+     * Record one edit: write its factors file, then the journal (both atomic). A crash before the
+     * journal write leaves an orphan factors file that the next record overwrites.
+     */
+    public JournalEntry record(EditRequest request, EditTarget target, float[] u, float[] w,
+            Map<String, Object> metrics, Map<String, Object> config, String timestamp) {
+        if (u.length != target.dOut || w.length != target.dIn) {
+            throw new MobiEditError("factors u[" + u.length + "], w[" + w.length
+                + "] do not fit the module [" + target.dOut + "x" + target.dIn + "]",
+                "record(), argument 'u'/'w'", "u has the module's output size, w its input size");
+        }
+        checkFinite(u, "u");
+        checkFinite(w, "w");
+        JournalEntry prior = firstOn(entries, target.module);
+        if (prior != null && (prior.dOut != target.dOut || prior.dIn != target.dIn
+                || !prior.family.equals(target.family))) {
+            throw new MobiEditError("module '" + target.module + "' was edited as " + prior.family
+                + " [" + prior.dOut + "x" + prior.dIn + "]", "record(), argument 'target'",
+                "use the bundle the journal belongs to");
+        }
+        String baseSha = baseSha256(target.module);
+        long id = entries.isEmpty() ? 1 : entries.get(entries.size() - 1).id + 1;
+        Map<String, String> meta = new LinkedHashMap<String, String>();
+        meta.put("edit_id", Long.toString(id));
+        meta.put("module", target.module);
+        byte[] blob = Safetensors.write(Arrays.asList(
+            Tensor.f32("u", new long[] {u.length}, u), Tensor.f32("w", new long[] {w.length}, w)),
+            meta);
+        Map<String, Object> m = new LinkedHashMap<String, Object>();
+        m.put("id", id);
+        m.put("request", request.toJson());
+        m.put("method", target.method);
+        m.put("module", target.module);
+        m.put("layer", (long) target.layer);
+        m.put("family", target.family);
+        m.put("weight_out_in", target.weightOutIn);
+        m.put("d_out", (long) target.dOut);
+        m.put("d_in", (long) target.dIn);
+        m.put("factors", JournalEntry.factorsName(id));
+        m.put("sha256", Sha256.hex(blob));
+        m.put("base_sha256", baseSha);
+        m.put("status", JournalEntry.APPLIED);
+        m.put("timestamp", timestamp);
+        m.put("metrics", metrics);
+        m.put("config", config);
+        m.put("version", (long) JournalEntry.VERSION);
+        JournalEntry entry = JournalEntry.create(roundTrip(m));
+        try {
+            Files2.writeAtomic(new File(folder, entry.factors), blob);
+        } catch (IOException e) {
+            throw new MobiEditError("cannot write factors (" + e.getMessage() + ")",
+                folder.getPath(), "free storage space and retry", e);
+        }
+        List<JournalEntry> next = new ArrayList<JournalEntry>(entries);
+        next.add(entry);
+        write(next);
+        return entry;
+    }
+
+    /** Mark {@code id} undone (journal rewritten atomically); its slot is freed on next fill. */
+    public JournalEntry undo(long id) {
+        JournalEntry e = entry(id);
+        if (!e.isActive()) {
+            throw new MobiEditError("edit " + id + " is already undone", journalPath(),
+                "list active edits with active()");
+        }
+        JournalEntry undone = e.withStatus(JournalEntry.UNDONE);
+        List<JournalEntry> next = new ArrayList<JournalEntry>();
+        for (JournalEntry x : entries) {
+            next.add(x.id == id ? undone : x);
+        }
+        write(next);
+        return undone;
+    }
+
+    /**
+     * Slot inputs of the inference programs: {@code [slots*dOut]} u rows and {@code [slots*dIn]}
+     * w rows, the active edits of {@code module} in id order, zero rows for empty slots.
+     */
+    public float[][] slotFactors(String module, int slots, int dOut, int dIn) {
+        float[] su = new float[slots * dOut];
+        float[] sw = new float[slots * dIn];
+        int s = 0;
+        for (JournalEntry e : active()) {
+            if (!e.module.equals(module)) {
+                throw new MobiEditError("edit " + e.id + " changes " + e.module
+                    + ", but this bundle's programs can only apply edits to " + module,
+                    journalPath(), "undo edit " + e.id + " (or use the bundle it was made for)");
+            }
+            if (s == slots) {
+                throw new MobiEditError("more active edits than the bundle's " + slots + " slots",
+                    journalPath(), "undo an edit, or re-export with more slots (mobiedit export)");
+            }
+            float[][] f = loadFactors(e);
+            System.arraycopy(f[0], 0, su, s * dOut, dOut);
+            System.arraycopy(f[1], 0, sw, s * dIn, dIn);
+            s++;
+        }
+        return new float[][] {su, sw};
+    }
+
+    // ------------------------------------------------------------------ internals
+
+    private byte[] factorsBytes(JournalEntry e) {
+        String where = journalPath() + ", edit " + e.id;
+        byte[] data;
+        try {
+            data = Files2.read(new File(folder, e.factors));
+        } catch (IOException ex) {
+            throw new MobiEditError("factors file unreadable (" + ex.getMessage() + ")",
+                where + ", field 'factors'", RESTORE, ex);
+        }
+        if (!Sha256.hex(data).equals(e.sha256)) {
+            throw new MobiEditError("sha256 of " + e.factors
+                + " does not match the journal (tampered or corrupt)", where + ", field 'sha256'",
+                RESTORE);
+        }
+        return data;
+    }
+
+    private void write(List<JournalEntry> next) {
+        StringBuilder sb = new StringBuilder();
+        for (JournalEntry e : next) {
+            sb.append(Json.write(e.toJson(), true)).append('\n');
+        }
+        try {
+            Files2.writeTextAtomic(new File(folder, JOURNAL_FILE), sb.toString());
+        } catch (IOException ex) {
+            throw new MobiEditError("cannot write (" + ex.getMessage() + ")", journalPath(),
+                "free storage space and retry", ex);
+        }
+        entries = next;
+    }
+
+    private String journalPath() {
+        return new File(folder, JOURNAL_FILE).getPath();
+    }
+
+    private static JournalEntry firstOn(List<JournalEntry> list, String module) {
+        for (JournalEntry e : list) {
+            if (e.module.equals(module)) {
+                return e;
+            }
+        }
+        return null;
+    }
+
+    private static void checkFinite(float[] a, String name) {
+        for (float v : a) {
+            if (Float.isNaN(v) || Float.isInfinite(v)) {
+                throw new MobiEditError("contains NaN/Inf", "record(), argument '" + name + "'",
+                    "the edit diverged; nothing was recorded");
+            }
+        }
+    }
+
+    /** Values as they read back from JSON (ints as Long, nested maps/lists copied). */
+    private static Map<String, Object> roundTrip(Map<String, Object> m) {
+        return Json.parseObject(Json.write(m, true), "new journal entry");
+    }
+}

@@ -1,0 +1,107 @@
+package dev.mobiedit.demo.jni;
+
+/**
+ * Every knob of the ZO loop (mirror of {@code mobiedit_config_t}; semantics in
+ * docs/zo_spec.md). {@link #defaults()} asks the engine for its defaults;
+ * {@link #mobiEditDefaults(int)} gives the MobiEdit method's settings (mobiedit/methods/zo_edit.py).
+ * Validation is the engine's: {@link NativeEngine#configure} throws naming the field.
+ */
+public final class EngineConfig {
+    public static final int EST_PAPER = 0;
+    public static final int EST_FZOO = 1;
+    public static final int EST_ANTITHETIC = 2;
+    public static final int OPT_SGD = 0;
+    public static final int OPT_ADAM = 1;
+    public static final int LR_CONSTANT = 0;
+    public static final int LR_COSINE = 1;
+
+    public int estimator;
+    public int nDirs;
+    public int optimizer;
+    public int lrSchedule;
+    public double h;
+    public double lr;
+    public double lrMin;
+    public double momentum;
+    public double beta1;
+    public double beta2;
+    public double adamEps;
+    public double maxNorm;
+    public double lossTol;
+    public double minRelImprove;
+    public long maxSteps;
+    public long maxEvals;
+    public long checkEvery;
+    public long patience;
+    public long seed;
+
+    /** The engine's defaults (equal to mobiedit.zo.ZOConfig's); needs the native library. */
+    public static EngineConfig defaults() {
+        NativeLibrary.ensureLoaded();
+        double[] reals = new double[10];
+        long[] ints = new long[9];
+        NativeEngine.nativeConfigDefault(reals, ints);
+        EngineConfig c = new EngineConfig();
+        c.h = reals[0];
+        c.lr = reals[1];
+        c.lrMin = reals[2];
+        c.momentum = reals[3];
+        c.beta1 = reals[4];
+        c.beta2 = reals[5];
+        c.adamEps = reals[6];
+        c.maxNorm = reals[7];
+        c.lossTol = reals[8];
+        c.minRelImprove = reals[9];
+        c.estimator = (int) ints[0];
+        c.nDirs = (int) ints[1];
+        c.optimizer = (int) ints[2];
+        c.lrSchedule = (int) ints[3];
+        c.maxSteps = ints[4];
+        c.maxEvals = ints[5];
+        c.checkEvery = ints[6];
+        c.patience = ints[7];
+        c.seed = ints[8];
+        return c;
+    }
+
+    /**
+     * MobiEdit's search settings for a delta of length {@code d} in normalised units
+     * (z = delta / s, s = ||v_init|| / sqrt(d)): FZOO with 16 Rademacher directions (K = 17),
+     * h 0.05, Adam lr 0.5, at most 150 steps / 3000 loss evaluations, check every step, clamp
+     * ||z|| to clamp_norm_factor (4) * sqrt(d).
+     */
+    public static EngineConfig mobiEditDefaults(int d) {
+        EngineConfig c = defaults();
+        c.estimator = EST_FZOO;
+        c.nDirs = 16;
+        c.h = 0.05;
+        c.optimizer = OPT_ADAM;
+        c.lr = 0.5;
+        c.maxSteps = 150;
+        c.maxEvals = 3000;
+        c.checkEvery = 1;
+        c.lossTol = 0.0;
+        c.patience = 0;
+        c.seed = 0;
+        c.maxNorm = 4.0 * Math.sqrt(d);
+        return c;
+    }
+
+    /** Rows per forward batch (K) of this estimator: paper 3n, fzoo n+1, antithetic 2n. */
+    public int rows() {
+        if (estimator == EST_PAPER) {
+            return 3 * nDirs;
+        }
+        return estimator == EST_FZOO ? nDirs + 1 : 2 * nDirs;
+    }
+
+    double[] reals() {
+        return new double[] {h, lr, lrMin, momentum, beta1, beta2, adamEps, maxNorm, lossTol,
+            minRelImprove};
+    }
+
+    long[] ints() {
+        return new long[] {estimator, nDirs, optimizer, lrSchedule, maxSteps, maxEvals, checkEvery,
+            patience, seed};
+    }
+}

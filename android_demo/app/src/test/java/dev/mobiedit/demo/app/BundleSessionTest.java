@@ -1,0 +1,176 @@
+package dev.mobiedit.demo.app;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.mobiedit.demo.core.EditRequest;
+import dev.mobiedit.demo.core.Files2;
+import dev.mobiedit.demo.core.Fixtures;
+import dev.mobiedit.demo.core.Journal;
+import dev.mobiedit.demo.core.JournalEntry;
+import dev.mobiedit.demo.core.LanguageModel;
+import dev.mobiedit.demo.core.Manifest;
+import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.core.Tensor;
+import dev.mobiedit.demo.core.TensorHash;
+import dev.mobiedit.demo.jni.Jni;
+import java.io.File;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.Map;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** A bundle on disk + a fake runtime: load, chat, edit (real engine), apply, undo, reopen. */
+class BundleSessionTest {
+    @BeforeAll
+    static void lib() {
+        Jni.require();
+    }
+
+    /** Chat model that answers " English" once slot 0 holds an edit, else " French". */
+    static final class FakeRuntime implements ModelRuntime {
+        final QuadraticPrograms programs = new QuadraticPrograms(17);
+        float[] slotU;
+        int starts;
+        final int[] french;
+        final int[] english;
+
+        FakeRuntime() throws Exception {
+            french = Fixtures.tokenizer().encode(" French", false);
+            english = Fixtures.tokenizer().encode(" English", false);
+        }
+
+        boolean edited() {
+            for (float v : slotU) {
+                if (v != 0) {
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        @Override
+        public LanguageModel chat() {
+            return new LanguageModel() {
+                int pos;
+
+                float[] logits() {
+                    int[] s = edited() ? english : french;
+                    float[] l = new float[400];
+                    l[pos < s.length ? s[pos] : 2] = 1f;
+                    return l;
+                }
+
+                @Override
+                public float[] start(int[] ids) {
+                    starts++;
+                    pos = 0;
+                    return logits();
+                }
+
+                @Override
+                public float[] next(int id) {
+                    pos++;
+                    return logits();
+                }
+
+                @Override
+                public int maxLength() {
+                    return 64;
+                }
+            };
+        }
+
+        @Override
+        public EditPrograms edit() {
+            return programs;
+        }
+
+        @Override
+        public void setSlots(float[] u, float[] w) {
+            assertEquals(2 * Fixtures.D_OUT, u.length);
+            assertEquals(2 * Fixtures.D_IN, w.length);
+            slotU = u.clone();
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+
+    @Test
+    void loadEditApplyUndoReopen(@TempDir Path tmp) throws Exception {
+        File dir = tmp.resolve("bundle").toFile();
+        File cache = tmp.resolve("cache").toFile();
+        Fixtures.writeBundle(dir, Fixtures.baseWeight());
+        FakeRuntime rt = new FakeRuntime();
+        BundleSession s = BundleSession.open(dir, cache, (d, m) -> rt, null);
+        Manifest m = s.manifest();
+        assertEquals(Fixtures.MODULE, m.editModule);
+        assertEquals(" French", s.answer("The mother tongue of Danielle Darrieux is"));
+
+        EditRequest req = EditRequest.fromForm("Danielle Darrieux", "The mother tongue of Danielle Darrieux is", "English");
+        EditRunner.Listener quiet = new EditRunner.Listener() {
+            @Override
+            public void prepared(String before) {
+                assertEquals(" French", before);
+            }
+
+            @Override
+            public void progress(long step, double loss, long evals) {
+            }
+        };
+        EditOutcome o = s.edit(req, quiet, null);
+        assertTrue(o.succeeded);
+        assertEquals(2, s.templates().size());
+        assertEquals(1, cache.list().length, "templates cached");
+
+        JournalEntry e = s.apply(o);
+        assertEquals(1, e.id);
+        assertEquals("mobiedit", e.method);
+        assertEquals(Fixtures.D_OUT, e.dOut);
+        Tensor base = Tensor.f32("b", new long[] {Fixtures.D_OUT, Fixtures.D_IN}, Fixtures.baseWeight());
+        assertEquals(TensorHash.of(base), e.baseSha256);
+        assertArrayEquals(o.u, Arrays.copyOf(rt.slotU, Fixtures.D_OUT));
+        assertEquals(" English", s.answer("The mother tongue of Danielle Darrieux is"));
+        assertTrue(e.timestamp.matches("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{6}\\+00:00"), e.timestamp);
+
+        s.undo(1);
+        assertEquals(" French", s.answer("The mother tongue of Danielle Darrieux is"));
+        s.close();
+
+        FakeRuntime rt2 = new FakeRuntime();
+        BundleSession again = BundleSession.open(dir, cache, (d, mm) -> rt2, null);
+        assertEquals(1, again.journal().entries().size());
+        assertEquals("undone", again.journal().entry(1).status);
+        again.templates();
+        assertEquals(0, rt2.starts, "templates came from the cache");
+        @SuppressWarnings("unchecked")
+        Map<String, Object> metrics = again.journal().entry(1).metrics;
+        assertEquals(true, metrics.get("succeeded"));
+        assertTrue(Files2.readText(new File(dir, "journal/" + Journal.JOURNAL_FILE)).contains("\"status\": \"undone\""));
+    }
+
+    @Test
+    void refusesCorruptOrForeignBundles(@TempDir Path tmp) throws Exception {
+        File dir = tmp.resolve("bundle").toFile();
+        Fixtures.writeBundle(dir, Fixtures.baseWeight());
+        Files.write(new File(dir, "tokenizer.json").toPath(), "{}".getBytes("UTF-8"));
+        MobiEditError e = assertThrows(MobiEditError.class,
+            () -> BundleSession.open(dir, tmp.toFile(), (d, m) -> new FakeRuntime(), null));
+        assertTrue(e.getMessage().contains("files['tokenizer.json']"), e.getMessage());
+
+        File onnx = tmp.resolve("onnx").toFile();
+        Fixtures.writeBundle(onnx, Fixtures.baseWeight());
+        File mf = new File(onnx, "manifest.json");
+        Files.write(mf.toPath(), Files2.readText(mf).replace("\"executorch\"", "\"onnxruntime\"").getBytes("UTF-8"));
+        e = assertThrows(MobiEditError.class,
+            () -> BundleSession.open(onnx, tmp.toFile(), (d, m) -> new FakeRuntime(), null));
+        assertTrue(e.fix().contains("--runtime executorch"), e.getMessage());
+    }
+}

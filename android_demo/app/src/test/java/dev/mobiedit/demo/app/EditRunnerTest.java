@@ -1,0 +1,160 @@
+package dev.mobiedit.demo.app;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.mobiedit.demo.core.EditRequest;
+import dev.mobiedit.demo.core.Fixtures;
+import dev.mobiedit.demo.core.Manifest;
+import dev.mobiedit.demo.core.ManifestReader;
+import dev.mobiedit.demo.core.Json;
+import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.jni.EngineStatus;
+import dev.mobiedit.demo.jni.Jni;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** The whole edit pipeline with the real native engine and a Java quadratic "edit program". */
+class EditRunnerTest {
+    static final List<String> TEMPLATES = Arrays.asList("{}", "The quick brown fox. {}");
+
+    @BeforeAll
+    static void lib() {
+        Jni.require();
+    }
+
+    static Manifest manifest() {
+        Map<String, Object> m = Fixtures.manifestMap();
+        @SuppressWarnings("unchecked")
+        Map<String, Object> files = (Map<String, Object>) m.get("files");
+        for (String p : new String[] {"prefill.pte", "decode.pte", "edit.pte", "prefix.pte"}) {
+            files.put(p, Fixtures.map("sha256", "0".repeat(64), "bytes", 1L));
+        }
+        return ManifestReader.parse(Json.write(m, true));
+    }
+
+    static final class Recorder implements EditRunner.Listener {
+        String before;
+        final List<double[]> steps = new ArrayList<>();
+        AtomicBoolean cancelAt3;
+
+        @Override
+        public void prepared(String b) {
+            before = b;
+        }
+
+        @Override
+        public void progress(long step, double loss, long evals) {
+            steps.add(new double[] {step, loss, evals});
+            if (cancelAt3 != null && step == 3) {
+                cancelAt3.set(true);
+            }
+        }
+    }
+
+    static EditOutcome run(QuadraticPrograms p, Recorder rec, AtomicBoolean cancel) throws Exception {
+        EditRunner r = new EditRunner(Fixtures.tokenizer(), manifest(), p, KeyStats.identity(Fixtures.D_IN));
+        EditRequest req = EditRequest.fromForm("Danielle Darrieux", "The mother tongue of {} is", "English");
+        float[][] slots = {new float[2 * Fixtures.D_OUT], new float[2 * Fixtures.D_IN]};
+        return r.run(req, TEMPLATES, slots, prompt -> "French", rec, cancel);
+    }
+
+    @Test
+    void findsTheDeltaStopsEarlyAndComputesRomeFactors() throws Exception {
+        QuadraticPrograms p = new QuadraticPrograms(17);
+        Recorder rec = new Recorder();
+        EditOutcome o = run(p, rec, new AtomicBoolean());
+        assertEquals(EngineStatus.SUCCESS_CHECK, o.status, "losses " + Arrays.toString(o.history));
+        assertTrue(o.succeeded);
+        assertTrue(o.steps < 150, "early stop, steps " + o.steps);
+        assertEquals("French", rec.before);
+        assertEquals(o.steps, rec.steps.size());
+        assertEquals(1.0, rec.steps.get(0)[1], 1e-6);  // loss at delta 0 is ||T||^2/||T||^2
+        assertEquals(17.0 * o.steps + o.steps, o.evals, "17 per step + 1 per check");
+        assertEquals(1, p.prefixCalls);
+        assertEquals(3, p.lastBatch.rows);
+        assertTrue(QuadraticPrograms.loss(o.delta, 0) < 0.02);
+
+        // u = v* - W k_cur = delta;  w = C^-1 k_bar / (k_cur . C^-1 k_bar) with C = I
+        PrefixState st = QuadraticPrograms.state();
+        assertArrayEquals(o.delta, o.u, 1e-6f);
+        double dot = 0;
+        for (int i = 0; i < st.kBar.length; i++) {
+            dot += (double) st.kCur[i] * st.kBar[i];
+        }
+        for (int i = 0; i < st.kBar.length; i++) {
+            assertEquals(st.kBar[i] / dot, o.w[i], 1e-6);
+        }
+        Map<String, Object> metrics = o.metrics();
+        assertEquals(true, metrics.get("succeeded"));
+        assertEquals("SUCCESS_CHECK", metrics.get("status"));
+        assertEquals("fzoo", o.configJson().get("estimator"));
+    }
+
+    @Test
+    void smallerProgramBatchesGiveTheSameSearch() throws Exception {
+        EditOutcome a = run(new QuadraticPrograms(17), new Recorder(), null);
+        QuadraticPrograms small = new QuadraticPrograms(5);
+        EditOutcome b = run(small, new Recorder(), null);
+        assertArrayEquals(a.delta, b.delta);
+        assertArrayEquals(a.history, b.history);
+        assertEquals(a.evals, b.evals);
+        assertEquals(b.steps * 4 + b.steps, small.editCalls, "ceil(17/5) calls per step + 1 check");
+    }
+
+    @Test
+    void notConvergedStillGivesFactors() throws Exception {
+        QuadraticPrograms p = new QuadraticPrograms(17);
+        p.holdsBelow = -1;  // the edit never "holds"
+        EditOutcome o = run(p, new Recorder(), null);
+        assertEquals(EngineStatus.MAX_STEPS, o.status);
+        assertFalse(o.succeeded);
+        assertEquals(150, o.steps);
+        assertEquals(Fixtures.D_OUT, o.u.length);
+    }
+
+    @Test
+    void cancelStopsTheLoop() throws Exception {
+        Recorder rec = new Recorder();
+        AtomicBoolean cancel = new AtomicBoolean();
+        rec.cancelAt3 = cancel;
+        QuadraticPrograms p = new QuadraticPrograms(17);
+        p.holdsBelow = -1;
+        assertNull(run(p, rec, cancel));
+        assertEquals(3, rec.steps.size());
+    }
+
+    @Test
+    void programErrorsSurfaceWithTheirMessage() throws Exception {
+        QuadraticPrograms broken = new QuadraticPrograms(17) {
+            @Override
+            public void edit(PrefixState st, float[] d, float[] l, float[] c) {
+                throw new IllegalStateException("ExecuTorch: method 'forward' failed (0x12)");
+            }
+        };
+        Exception e = assertThrows(Exception.class, () -> run(broken, new Recorder(), null));
+        assertTrue(String.valueOf(e.getCause()).contains("0x12"), String.valueOf(e));
+    }
+
+    @Test
+    void prefixOutputsOfTheWrongSizeAreRefused() throws Exception {
+        QuadraticPrograms wrong = new QuadraticPrograms(17) {
+            @Override
+            public PrefixState prefix(dev.mobiedit.demo.core.EditBatch b, float[] u, float[] w) {
+                PrefixState s = state();
+                return new PrefixState(s.handle, new float[3], s.kCur, s.outCur, s.vInit);
+            }
+        };
+        MobiEditError e = assertThrows(MobiEditError.class, () -> run(wrong, new Recorder(), null));
+        assertTrue(e.getMessage().contains("output 'k_bar' has length 3"), e.getMessage());
+    }
+}

@@ -1,0 +1,180 @@
+"""Export configuration: one frozen dataclass per concern, nested in :class:`ExportConfig`.
+
+Every dataclass validates itself in ``__post_init__`` and raises :class:`ConfigError` naming the
+field (``where="ExportConfig.<section>.<field>"``) and the fix, so a constructed config is always
+exportable. Cross-section rules (scheme vs runtime) are checked by :class:`ExportConfig`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from mobiedit.errors import ConfigError
+from mobiedit.rome.config import ContextConfig, ObjectiveConfig
+
+RUNTIMES = ("executorch", "onnxruntime")
+#: quantization scheme -> runtimes that can lower it
+SCHEMES = {"fp32": RUNTIMES, "8da8w": ("executorch",), "8da4w": ("executorch",),
+           "qdq_a16w8": ("onnxruntime",)}
+EXTENSIONS = {"executorch": "pte", "onnxruntime": "onnx"}
+
+
+def _int(section: str, name: str, value: object, lo: int, hi: int = 1 << 30) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"must be an int in [{lo}, {hi}], got {value!r}",
+                          where=f"ExportConfig.{section}.{name}", fix=f"set {name} within [{lo}, {hi}]")
+
+
+@dataclass(frozen=True)
+class InferenceShapes:
+    """Static shapes of the inference programs.
+
+    max_seq_len: KV-cache positions T (prompt + generated tokens must fit).
+    prefill_chunk: tokens C per prefill call (the last chunk of a prompt is padded).
+    slots: rank-one slots (edits that can be active without re-export).
+    """
+
+    max_seq_len: int = 128
+    prefill_chunk: int = 16
+    slots: int = 8
+
+    def __post_init__(self) -> None:
+        _int("inference", "max_seq_len", self.max_seq_len, 2)
+        _int("inference", "prefill_chunk", self.prefill_chunk, 1, self.max_seq_len)
+        _int("inference", "slots", self.slots, 1, 4096)
+
+
+@dataclass(frozen=True)
+class EditShapes:
+    """Padded sizes of the edit and prefix programs (one program serves every edit that fits).
+
+    K: deltas per edit-program call (= the ZO estimator's rows per step, e.g. fzoo n_dirs+1).
+    rows: prompt rows (context templates + KL prompts). suffix: S, tokens from the subject's last
+    token to the row end. prefix: P, positions before the latest subject. targets: target read-outs
+    (sum over rewrite rows of the target length). kl: KL read-outs (one per KL prompt).
+    tokens: prompt length of the prefix program, always prefix + suffix.
+    """
+
+    K: int = 17
+    rows: int = 22
+    suffix: int = 8
+    prefix: int = 24
+    targets: int = 64
+    kl: int = 1
+
+    def __post_init__(self) -> None:
+        for name, lo in (("K", 1), ("rows", 2), ("suffix", 1), ("prefix", 1), ("targets", 1), ("kl", 1)):
+            _int("edit_shapes", name, getattr(self, name), lo)
+        if self.kl >= self.rows:
+            raise ConfigError(f"kl ({self.kl}) must be < rows ({self.rows})", where="ExportConfig.edit_shapes.kl",
+                              fix="leave rows for the rewrite prompts")
+
+    @property
+    def tokens(self) -> int:
+        return self.prefix + self.suffix
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """How the programs are quantized.
+
+    scheme: ``fp32``; ``8da8w`` / ``8da4w`` (ExecuTorch: torchao int8 dynamic per-token activations,
+    int8 per-channel / int4 per-group weights, lowered to XNNPACK); ``qdq_a16w8`` (ONNX Runtime:
+    static QDQ, uint16 activations, int8 per-channel weights, on ``qdq_ops`` only).
+    group_size: weight group of 8da4w. quantize_lm_head: also quantize the LM head (default False:
+    it is a float island). qdq_ops: ONNX op types that get QDQ nodes. calibration_batches: random
+    calibration samples per program for static QDQ.
+    """
+
+    scheme: str = "fp32"
+    group_size: int = 32
+    quantize_lm_head: bool = False
+    quantize_embedding: bool = False
+    qdq_ops: tuple[str, ...] = ("MatMul", "Gemm")
+    calibration_batches: int = 4
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"unknown scheme {self.scheme!r}", where="ExportConfig.quant.scheme",
+                              fix=f"use one of {sorted(SCHEMES)}")
+        _int("quant", "group_size", self.group_size, 1)
+        _int("quant", "calibration_batches", self.calibration_batches, 1, 1000)
+        if isinstance(self.qdq_ops, list):
+            object.__setattr__(self, "qdq_ops", tuple(self.qdq_ops))
+        if not self.qdq_ops or not all(isinstance(o, str) and o for o in self.qdq_ops):
+            raise ConfigError("must be a non-empty list of ONNX op types", where="ExportConfig.quant.qdq_ops",
+                              fix="e.g. ['MatMul', 'Gemm']")
+
+    @property
+    def quantized(self) -> bool:
+        return self.scheme != "fp32"
+
+
+@dataclass(frozen=True)
+class LowerConfig:
+    """Where the programs go. runtime: ``executorch`` (.pte, XNNPACK) or ``onnxruntime`` (.onnx).
+    opset: ONNX opset. lint: run :mod:`mobiedit.export.lint` and refuse programs it rejects."""
+
+    runtime: str = "executorch"
+    opset: int = 18
+    lint: bool = True
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ConfigError(f"unknown runtime {self.runtime!r}", where="ExportConfig.lower.runtime",
+                              fix=f"use one of {RUNTIMES}")
+        _int("lower", "opset", self.opset, 17, 23)
+
+    @property
+    def ext(self) -> str:
+        return EXTENSIONS[self.runtime]
+
+
+@dataclass(frozen=True)
+class EditSetup:
+    """What the bundle needs to edit on the phone: the edit layer, the context templates (generated
+    once at export with ``context``, ``seed``), the objective and the key statistics.
+
+    layer: edit layer (None: the model folder's ``factlm.json`` or an error). mom2: ship C⁻¹ of the
+    layer's keys (False: identity, ROME's mom2_adjustment=False). ridge: relative ridge of C.
+    """
+
+    layer: int | None = None
+    context: ContextConfig = field(default_factory=ContextConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    seed: int = 0
+    mom2: bool = True
+    ridge: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.layer is not None:
+            _int("edit", "layer", self.layer, 0)
+        _int("edit", "seed", self.seed, 0, 2**63 - 1)
+        if not (isinstance(self.ridge, (int, float)) and 0 <= self.ridge < 1):
+            raise ConfigError(f"must be in [0, 1), got {self.ridge!r}", where="ExportConfig.edit.ridge",
+                              fix="use ROME's 1e-4")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Everything :func:`mobiedit.export.export_bundle` needs, one section per concern."""
+
+    inference: InferenceShapes = field(default_factory=InferenceShapes)
+    edit_shapes: EditShapes = field(default_factory=EditShapes)
+    quant: QuantizeConfig = field(default_factory=QuantizeConfig)
+    lower: LowerConfig = field(default_factory=LowerConfig)
+    edit: EditSetup = field(default_factory=EditSetup)
+
+    def __post_init__(self) -> None:
+        for name, kind in (("inference", InferenceShapes), ("edit_shapes", EditShapes),
+                           ("quant", QuantizeConfig), ("lower", LowerConfig), ("edit", EditSetup)):
+            if not isinstance(getattr(self, name), kind):
+                raise ConfigError(f"must be a {kind.__name__}, got {type(getattr(self, name)).__name__}",
+                                  where=f"ExportConfig.{name}", fix=f"build it with {kind.__name__}(...)")
+        if self.lower.runtime not in SCHEMES[self.quant.scheme]:
+            raise ConfigError(f"scheme {self.quant.scheme!r} cannot be lowered to {self.lower.runtime!r}",
+                              where="ExportConfig.quant.scheme",
+                              fix=f"use one of {[s for s, r in SCHEMES.items() if self.lower.runtime in r]} "
+                                  f"with runtime {self.lower.runtime!r}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,132 @@
+"""Host side of the edit programs: one edit's prompt batch → padded program inputs, and back.
+
+Contract: :func:`pack_edit` turns an :class:`~mobiedit.rome.context.EditInputs` into the fixed-size
+inputs of the ``prefix`` program plus the delta-independent inputs of the ``edit`` program (mask,
+read-outs and their weights); :func:`edit_feed` combines those with the ``prefix`` program's
+outputs. :func:`feed_from_state` pads an eager :class:`~mobiedit.forward.prefix.PrefixState`
+into the same feed (the parity oracle). Padding never changes a loss: padded rows see one zero
+key, padded read-outs have weight 0, padded keys are masked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mobiedit.errors import BundleError
+from mobiedit.forward.prefix import PrefixState, build_mask, readouts, suffix_geometry
+from mobiedit.rome.config import ObjectiveConfig
+from mobiedit.rome.context import EditInputs
+
+from .config import EditShapes
+
+I64 = torch.int64
+
+
+@dataclass
+class PackedEdit:
+    """One edit, padded. ``prefix_feed``: inputs of the prefix program (without slots);
+    ``static_feed``: the edit program's delta-independent inputs except the state tensors.
+    ``n_rows`` / ``n_rewrite`` / ``target_len``: the real sizes (rows ≥ n_rows are padding)."""
+
+    prefix_feed: dict[str, torch.Tensor]
+    static_feed: dict[str, torch.Tensor]
+    n_rows: int
+    n_rewrite: int
+    target_len: int
+    objective: ObjectiveConfig
+
+
+def _fit(name: str, need: int, have: int, field: str) -> None:
+    if need > have:
+        raise BundleError(f"this edit needs {name} {need}, the programs were exported for {have}",
+                          where=f"manifest.json, field 'shapes.{field}'",
+                          fix="shorten the prompt/target or re-export with larger edit shapes")
+
+
+def pack_edit(inputs: EditInputs, shapes: EditShapes, objective: ObjectiveConfig) -> PackedEdit:
+    """Pad one edit's prompt batch to ``shapes``. Raises BundleError when it does not fit."""
+    b = inputs.batch
+    B, T = b.input_ids.shape
+    s, last, S, P = suffix_geometry(inputs)
+    rr, rp, rl = readouts(inputs, s)
+    is_t = rl >= 0
+    n_kl = B - inputs.n_rewrite
+    for name, need, have, field in (("rows", B, shapes.rows, "edit_rows"), ("suffix", S, shapes.suffix, "edit_suffix"),
+                                    ("prefix", P, shapes.prefix, "edit_prefix"), ("tokens", T, shapes.tokens, "edit_tokens"),
+                                    ("targets", int(is_t.sum()), shapes.targets, "edit_targets"),
+                                    ("KL read-outs", n_kl, shapes.kl, "edit_kl")):
+        _fit(name, need, have, field)
+    Bp, Sp, Pp, N = shapes.rows, shapes.suffix, shapes.prefix, shapes.tokens
+    ids = torch.zeros(Bp, N, dtype=I64)
+    ids[:B, :T] = b.input_ids
+    j = torch.arange(Sp)
+    suffix_pos = torch.zeros(Bp, Sp, dtype=I64)
+    suffix_pos[:B] = (s.view(B, 1) + j.view(1, Sp)).clamp(max=T - 1)
+    subject_pos = torch.zeros(Bp, dtype=I64)
+    subject_pos[:B] = s
+    s_pad = torch.cat([s, torch.zeros(Bp - B, dtype=I64)])
+    last_pad = torch.cat([last, torch.full((Bp - B,), -1, dtype=I64)])
+    mask = build_mask(s_pad, last_pad, Sp, Pp)
+
+    n_t = int(is_t.sum())
+    t_index = torch.zeros(shapes.targets, dtype=I64)
+    t_label = torch.zeros(shapes.targets, dtype=I64)
+    t_weight = torch.zeros(shapes.targets)
+    t_rows = torch.zeros(shapes.targets, Bp)
+    t_index[:n_t] = rr[is_t] * Sp + rp[is_t]
+    t_label[:n_t] = rl[is_t]
+    t_weight[:n_t] = 1.0 / (inputs.target_len * inputs.n_rewrite)
+    t_rows[torch.arange(n_t), rr[is_t]] = 1.0 / inputs.target_len
+    kl_rows = rr[~is_t]
+    kl_edit = torch.zeros(shapes.kl, dtype=I64)
+    kl_edit[:n_kl] = kl_rows * Sp + rp[~is_t]
+    kl_prefix = torch.zeros(shapes.kl, dtype=I64)
+    kl_prefix[:n_kl] = kl_rows * N + last[kl_rows]
+    kl_weight = torch.zeros(shapes.kl)
+    kl_weight[:n_kl] = objective.kl_factor / n_kl
+    return PackedEdit(
+        prefix_feed={"input_ids": ids, "suffix_pos": suffix_pos, "subject_pos": subject_pos, "kl_index": kl_prefix},
+        static_feed={"mask": mask, "target_index": t_index, "target_label": t_label, "target_weight": t_weight,
+                     "target_rows": t_rows, "kl_index": kl_edit, "kl_weight": kl_weight},
+        n_rows=B, n_rewrite=inputs.n_rewrite, target_len=inputs.target_len, objective=objective)
+
+
+def wd_scale(objective: ObjectiveConfig, v_init: torch.Tensor) -> torch.Tensor:
+    """``weight_decay / ‖v_init‖²`` as a [1] tensor (the objective's delta-norm coefficient)."""
+    return torch.tensor([objective.weight_decay / float(v_init.double().norm()) ** 2], dtype=torch.float32)
+
+
+def edit_feed(packed: PackedEdit, prefix_out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The edit program's inputs (all but ``deltas``) from the prefix program's outputs."""
+    feed = dict(packed.static_feed)
+    for name in ("h_suffix", "prefix_kv", "cos", "sin", "kl_ref"):
+        if name in prefix_out:
+            feed[name] = prefix_out[name]
+    feed["wd_scale"] = wd_scale(packed.objective, prefix_out["values"][0])
+    return feed
+
+
+def feed_from_state(state: PrefixState, packed: PackedEdit, shapes: EditShapes) -> dict[str, torch.Tensor]:
+    """Pad an eager :class:`PrefixState` into the edit program's inputs (the parity oracle)."""
+    B, S, P = state.shape
+    Bp, Sp, Pp = shapes.rows, shapes.suffix, shapes.prefix
+    d = state.h_suffix.shape[-1]
+    h = torch.zeros(Bp, Sp, d)
+    h[:B, :S] = state.h_suffix
+    kv = []
+    for k, v in zip(state.prefix_k, state.prefix_v):
+        pad = torch.zeros(2, Bp, k.shape[1], Pp, k.shape[3])
+        pad[0, :B, :, :P], pad[1, :B, :, :P] = k, v
+        kv.append(pad)
+    out = {"h_suffix": h, "prefix_kv": torch.stack(kv), "values": state.v_init.view(1, -1)}
+    if state.cos is not None:
+        cos = torch.ones(Bp, Sp, state.cos.shape[-1])
+        sin = torch.zeros(Bp, Sp, state.sin.shape[-1])
+        cos[:B, :S], sin[:B, :S] = state.cos, state.sin
+        out["cos"], out["sin"] = cos, sin
+    n_kl = state.kl_ref.shape[0]
+    ref = torch.full((shapes.kl, state.kl_ref.shape[-1]), -float(torch.log(torch.tensor(float(state.kl_ref.shape[-1])))))
+    ref[:n_kl] = state.kl_ref
+    out["kl_ref"] = ref
+    return edit_feed(packed, out)

@@ -1,0 +1,139 @@
+"""One interface over the three ways a program runs: eager PyTorch, ExecuTorch, ONNX Runtime.
+
+A :class:`Program` takes a dict of named torch tensors (its :attr:`~Program.inputs`, in any
+order; extra keys are ignored) and returns a dict of named float32/int64 torch tensors. Each
+runtime is pinned to one thread (the phone runs the edit loop on one core; the dev box is shared).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from mobiedit.errors import BundleError
+
+log = logging.getLogger(__name__)
+
+
+class Program:
+    """A loaded program with named inputs and outputs."""
+
+    runtime = "abstract"
+
+    def __init__(self, inputs: list[str], outputs: list[str]) -> None:
+        self.inputs, self.outputs = list(inputs), list(outputs)
+
+    def _args(self, feed: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        missing = [n for n in self.inputs if n not in feed]
+        if missing:
+            raise BundleError(f"missing program inputs {missing}", where=f"{self.runtime} program",
+                              fix=f"pass all of {self.inputs}")
+        return [feed[n] for n in self.inputs]
+
+    def _execute(self, args: list[torch.Tensor]) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Run once; returns ``{output name: tensor}``."""
+        outs = self._execute(self._args(feed))
+        if len(outs) != len(self.outputs):
+            raise BundleError(f"program returned {len(outs)} outputs, expected {self.outputs}",
+                              where=f"{self.runtime} program", fix="re-export the bundle")
+        return dict(zip(self.outputs, outs))
+
+
+class EagerProgram(Program):
+    """An ``nn.Module`` run by PyTorch (the reference)."""
+
+    runtime = "eager"
+
+    def __init__(self, module: torch.nn.Module | Callable, inputs: list[str], outputs: list[str]) -> None:
+        super().__init__(inputs, outputs)
+        self.module = module
+
+    def _execute(self, args):
+        with torch.no_grad():
+            out = self.module(*args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _single_thread_executorch() -> None:
+    try:
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    except ImportError:  # older wheels
+        return
+    _unsafe_reset_threadpool(1)
+
+
+class ExecuTorchProgram(Program):
+    """One method of a ``.pte`` file, run by ``executorch.runtime.Runtime`` (XNNPACK delegate)."""
+
+    runtime = "executorch"
+
+    def __init__(self, path: str | Path, method: str, inputs: list[str], outputs: list[str],
+                 program: object | None = None) -> None:
+        """``program``: an already loaded ``executorch.runtime.Program`` of ``path`` (methods of one
+        file then share its weights in memory); loaded here when None."""
+        super().__init__(inputs, outputs)
+        program = program if program is not None else load_pte(path)
+        if method not in program.method_names:
+            raise BundleError(f"no method {method!r} (has {sorted(program.method_names)})", where=str(path),
+                              fix="re-export the bundle")
+        self.method = program.load_method(method)
+
+    def _execute(self, args):
+        outs = self.method.execute([a.contiguous() for a in args])
+        return [o.clone() for o in outs]  # outputs alias the method's planned memory
+
+
+def load_pte(path: str | Path):
+    """Load a ``.pte`` file with ``executorch.runtime.Runtime`` (one thread)."""
+    from executorch.runtime import Runtime
+
+    _single_thread_executorch()
+    return Runtime.get().load_program(Path(path))
+
+
+class OnnxProgram(Program):
+    """An ``.onnx`` file run by ``onnxruntime.InferenceSession`` on the CPU EP, one thread."""
+
+    runtime = "onnxruntime"
+
+    def __init__(self, path: str | Path, inputs: list[str], outputs: list[str]) -> None:
+        super().__init__(inputs, outputs)
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        self.session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+        have = [i.name for i in self.session.get_inputs()]
+        if set(have) != set(self.inputs):
+            raise BundleError(f"model inputs {have} differ from the manifest's {self.inputs}", where=str(path),
+                              fix="re-export the bundle")
+
+    def _execute(self, args):
+        feed = {n: np.ascontiguousarray(a.detach().cpu().numpy()) for n, a in zip(self.inputs, args)}
+        outs = self.session.run(self.outputs, feed)
+        return [torch.from_numpy(np.asarray(o)) for o in outs]
+
+
+def open_program(runtime: str, path: str | Path, method: str | None, inputs: list[str],
+                 outputs: list[str], loaded: dict | None = None) -> Program:
+    """Load one program of a bundle (``method`` names the ``.pte`` method; ignored for ONNX).
+    ``loaded``: a dict reused across calls so that each ``.pte`` file is loaded once."""
+    if not Path(path).is_file():
+        raise BundleError("program file is missing", where=str(path), fix="re-export the bundle")
+    if runtime == "executorch":
+        cache = loaded if loaded is not None else {}
+        if str(path) not in cache:
+            cache[str(path)] = load_pte(path)
+        return ExecuTorchProgram(path, method or "forward", inputs, outputs, program=cache[str(path)])
+    if runtime == "onnxruntime":
+        return OnnxProgram(path, inputs, outputs)
+    raise BundleError(f"unknown runtime {runtime!r}", where="manifest.json, field 'runtime'",
+                      fix="use a bundle written by `mobiedit export`")

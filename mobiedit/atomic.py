@@ -1,0 +1,127 @@
+"""Crash-safe writes: temporary file in the same directory, fsync, rename, fsync the directory.
+
+Invariant: after any crash (even SIGKILL) at any point, the destination path holds either its
+previous complete content or the new complete content — never a torn mix.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory so that a rename inside it is durable."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside ``dest``; on clean exit fsync it and rename it over ``dest``.
+
+    The caller writes the file at the yielded path (by any library). On an exception the temporary
+    file is removed and ``dest`` is untouched.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix + ".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, dest)
+        fsync_dir(dest.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def atomic_write_bytes(dest: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``dest`` atomically."""
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(dest: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``dest`` atomically."""
+    atomic_write_bytes(dest, text.encode("utf-8"))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two existing paths with Linux ``renameat2(RENAME_EXCHANGE)``.
+
+    Returns False where the call is unavailable (non-Linux, old libc, unsupported filesystem).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return rc == 0
+
+
+def recover_dir(dest: str | os.PathLike) -> None:
+    """Finish or roll back an interrupted non-atomic :func:`atomic_dir` replacement.
+
+    If ``dest`` is missing but its ``.old`` sibling exists, the crash happened between the two
+    renames: the old folder is put back. A leftover ``.old`` beside a present ``dest`` is removed.
+    """
+    dest = Path(dest)
+    old = dest.parent / f".{dest.name}.old"
+    if old.exists():
+        if dest.exists():
+            shutil.rmtree(old)
+        else:
+            os.replace(old, dest)
+            fsync_dir(dest.parent)
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory beside ``dest``; on clean exit it replaces ``dest`` atomically.
+
+    Every file in the directory is fsynced before the swap. An existing ``dest`` is exchanged with
+    the new folder in one ``renameat2(RENAME_EXCHANGE)`` call and then deleted, so a crash leaves
+    either the complete old or the complete new folder at ``dest``. Where that call is unavailable
+    the old folder is renamed aside first and :func:`recover_dir` (run at the start of every call)
+    puts it back if a crash fell between the two renames.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    recover_dir(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        yield tmp
+        for root, _dirs, files in os.walk(tmp):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as fh:
+                    os.fsync(fh.fileno())
+            fsync_dir(root)
+        if dest.exists() and _exchange(tmp, dest):
+            fsync_dir(dest.parent)
+            shutil.rmtree(tmp)  # now holds the old content
+            return
+        old = dest.parent / f".{dest.name}.old"
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        fsync_dir(dest.parent)
+        if old.exists():
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

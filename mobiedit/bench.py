@@ -1,0 +1,188 @@
+"""``mobiedit bench``: methods side by side — quality, loss evaluations, passes, wall time and
+peak RSS per edit, each row in its own child process (one torch thread), JSON + PNG.
+
+A *row* is a named method configuration (a table of overrides below, not code branches). Each
+row edits the same N requests independently on the unedited model (edit → score → restore).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_FZOO = {"estimator": "fzoo", "n_dirs": 16, "h": 0.05, "optimizer": "adam", "lr": 0.5,
+         "max_steps": 150, "max_evals": 3000, "check_every": 1}
+_PAPER = {"estimator": "paper", "n_dirs": 5, "h": 1e-3, "optimizer": "sgd", "lr": 5e-2,
+          "lr_schedule": "cosine", "max_steps": 1200, "max_evals": 18000, "check_every": 1, "loss_tol": 1e-5}
+
+# name -> (method, config overrides)
+ROWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "rome": ("rome", {}),
+    "paper": ("mobiedit", {"zo": _PAPER, "quant": {"scheme": "w8a16"}, "early_stop": False}),
+    "fzoo": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16"}}),
+    "fzoo-float": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "none"}}),
+    "fzoo-w8a8": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a8"}}),
+    "fzoo-noprefix": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16"}, "prefix_reuse": False}),
+    "fzoo-noearly": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16"}, "early_stop": False}),
+    "antithetic": ("mobiedit", {"zo": {**_FZOO, "estimator": "antithetic", "n_dirs": 8}, "quant": {"scheme": "w8a16"}}),
+}
+
+
+def row_config(name: str, layer: int, seed: int):
+    """The dataclass config of row ``name`` at ``layer``."""
+    import dataclasses
+
+    from .config_io import from_dict
+    from .methods.zo_edit import MobiEditConfig
+    from .rome.config import ROMEConfig
+
+    if name not in ROWS:
+        raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")
+    method, over = ROWS[name]
+    cls = ROMEConfig if method == "rome" else MobiEditConfig
+    over = json.loads(json.dumps(over))
+    over["layer"] = layer
+    if method == "mobiedit":
+        over.setdefault("zo", {})["seed"] = seed
+    return dataclasses.replace(from_dict(cls, over), layer=layer)
+
+
+def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: int, out: str) -> None:
+    """Run one row in this (child) process and write its result JSON to ``out``."""
+    import resource
+
+    import torch
+
+    torch.set_num_threads(1)
+    from .cli import _quiet_libraries
+    from .evaluate import aggregate
+    from .models import load_model
+    from .requests import load_requests
+    from .session import edit_independent, prepare
+
+    _quiet_libraries()
+    cfg = row_config(name, layer, seed)
+    lm = load_model(model_dir)
+    reqs = load_requests(req_file)[:n]
+    ctx = prepare(lm, cfg, seed)
+    t0 = time.perf_counter()
+    recs = edit_independent(lm, reqs, cfg, ctx, progress=False)
+    total = time.perf_counter() - t0
+    outs = [r.outcome for r in recs]
+    ok = [o for o in outs if o.succeeded]
+    res = {
+        "row": name, "method": outs[0].method, "layer": layer, "n": len(outs),
+        "quality": aggregate([r.scores for r in recs]),
+        "success_rate": 100.0 * len(ok) / len(outs),
+        "loss_evals_median_success": statistics.median([o.loss_evals for o in ok]) if ok else None,
+        "loss_evals_mean": statistics.mean(o.loss_evals for o in outs),
+        "loss_evals_per_edit": [o.loss_evals for o in outs],
+        "succeeded_per_edit": [o.succeeded for o in outs],
+        "sequences_mean": statistics.mean(o.sequences for o in outs),
+        "forward_calls_mean": statistics.mean(o.forward_calls for o in outs),
+        "backward_calls_mean": statistics.mean(o.backward_calls for o in outs),
+        "wall_per_edit_s": statistics.mean(o.wall_time for o in outs),
+        "run_wall_s": total,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }
+    Path(out).write_text(json.dumps(res))
+
+
+def run_row(name: str, model_dir: Path, req_file: Path, n: int, layer: int, seed: int, workdir: Path) -> dict:
+    """Run ``name`` in a fresh spawned process; return its result dict."""
+    out = workdir / f"row-{name}.json"
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=_child, args=(name, str(model_dir), str(req_file), n, layer, seed, str(out)))
+    p.start()
+    p.join()
+    if p.exitcode != 0 or not out.is_file():
+        raise ConfigError(f"bench row {name!r} failed in its child process (exit {p.exitcode})",
+                          where=f"row {name}", fix="run it alone with -v to see the error")
+    return json.loads(out.read_text())
+
+
+def plot(results: list[dict], png: Path) -> None:
+    """Success rate against loss evaluations per edit (cumulative over the N edits), one line per row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        ev = sorted(e for e, s in zip(r["loss_evals_per_edit"], r["succeeded_per_edit"]) if s)
+        if not ev:
+            continue
+        xs = [0] + ev
+        ys = [0] + [100.0 * (i + 1) / r["n"] for i in range(len(ev))]
+        ax.step(xs, ys, where="post", label=f"{r['row']} ({r['success_rate']:.0f}%)")
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel("loss evaluations per edit")
+    ax.set_ylabel("edits succeeded (%)")
+    ax.set_title("Success rate vs. loss evaluations")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    from .atomic import atomic_path
+
+    with atomic_path(png, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def format_rows(results: list[dict]) -> str:
+    head = (f"{'row':<15}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'succ%':>7}"
+            f"{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
+    lines = [head]
+    for r in results:
+        q = r["quality"]
+        med = r["loss_evals_median_success"]
+        lines.append(f"{r['row']:<15}{q['efficacy_acc']:>6.1f}{q['generalization_acc']:>6.1f}{q['locality_acc']:>6.1f}"
+                     f"{q['efficacy_prob']:>6.1f}{q['generalization_prob']:>6.1f}{q['locality_prob']:>6.1f}"
+                     f"{r['success_rate']:>7.1f}{(med if med is not None else float('nan')):>11.0f}"
+                     f"{r['sequences_mean']:>9.0f}{r['forward_calls_mean']:>7.0f}{r['backward_calls_mean']:>6.0f}"
+                     f"{r['wall_per_edit_s']:>8.2f}{r['peak_rss_mb']:>8.0f}")
+    return "\n".join(lines)
+
+
+def cmd_bench(args) -> int:
+    from .atomic import atomic_write_text
+    from .cli import edit_layer_for, resolve_model
+    from .requests import bundled_path
+
+    model_dir = resolve_model(args)
+    layer = edit_layer_for(model_dir, args.layer)
+    req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in args.rows.split(","):
+        log.warning("bench row %s (%d requests)...", name, args.n)
+        results.append(run_row(name.strip(), model_dir, req_file, args.n, layer, args.seed, out))
+        print(format_rows(results[-1:]).splitlines()[-1], flush=True)
+    atomic_write_text(out / "bench.json", json.dumps({"model": str(model_dir), "layer": layer, "n": args.n,
+                                                      "rows": results}, indent=1))
+    plot(results, out / "bench.png")
+    print(format_rows(results))
+    print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
+    return 0
+
+
+def register(sub) -> None:
+    sp = sub.add_parser("bench", help="benchmark editing methods (JSON + PNG)")
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--model"); g.add_argument("--preset", default="default")
+    sp.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
+    sp.add_argument("--n", type=int, default=200, help="requests per row")
+    sp.add_argument("--rows", default="rome", help=f"comma-separated rows from {sorted(ROWS)}")
+    sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", default="runs/bench")
+    sp.set_defaults(fn=cmd_bench)

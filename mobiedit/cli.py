@@ -1,0 +1,231 @@
+"""``mobiedit`` command line: pretrain, edit, eval, bench, demo (and export/run from mobiedit.export).
+
+Every user error is a :class:`MobiEditError`; it is printed on one line and the exit code is 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+from .errors import ConfigError, MobiEditError
+
+log = logging.getLogger("mobiedit")
+
+METHODS = ("rome", "mobiedit")
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore")
+    for name in ("torchao", "torch._dynamo", "torch.utils._pytree", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
+def resolve_model(args) -> Path:
+    """``--model DIR`` or ``--preset NAME`` (the fact LM, trained and cached on first use)."""
+    if getattr(args, "model", None):
+        return Path(args.model)
+    from .factlm import ensure_fact_lm
+
+    return ensure_fact_lm(args.preset, progress=not args.quiet)
+
+
+def edit_layer_for(model_dir: Path, override: int | None) -> int:
+    """The edit layer: ``--layer``, else the one recorded with the fact LM, else an error."""
+    if override is not None:
+        return override
+    meta = model_dir / "factlm.json"
+    if meta.is_file():
+        from .factlm import EDIT_LAYER
+
+        return int(json.loads(meta.read_text()).get("edit_layer", EDIT_LAYER["default"]))
+    raise ConfigError("no edit layer known for this model", where="--layer",
+                      fix="pass --layer N (ROME uses an early-middle layer; sweep with `mobiedit bench --layers`)")
+
+
+def method_config(method: str, layer: int, config_path: str | None, seed: int):
+    """The method's dataclass config: YAML file (if any) with ``layer`` and seed applied."""
+    import dataclasses
+
+    from .config_io import load_yaml
+    from .methods.zo_edit import MobiEditConfig
+    from .rome.config import ROMEConfig
+
+    cls = {"rome": ROMEConfig, "mobiedit": MobiEditConfig}[method]
+    cfg = load_yaml(cls, config_path) if config_path else cls()
+    cfg = dataclasses.replace(cfg, layer=layer)
+    if method == "mobiedit":
+        cfg = dataclasses.replace(cfg, zo=dataclasses.replace(cfg.zo, seed=seed))
+    return cfg
+
+
+def load_cli_requests(args):
+    from .requests import load_requests, requests_from_cli
+
+    if args.requests:
+        reqs = load_requests(args.requests)
+    elif args.subject and args.prompt and args.target:
+        reqs = requests_from_cli(args.subject, args.prompt, args.target, getattr(args, "target_true", None))
+    else:
+        raise ConfigError("no edit requests given", where="--requests",
+                          fix="pass --requests FILE, or --subject S --prompt P --target T")
+    return reqs[args.offset: args.offset + args.limit] if args.limit else reqs[args.offset:]
+
+
+def cmd_pretrain(args) -> int:
+    from .factlm import ensure_fact_lm
+
+    out = ensure_fact_lm(args.preset, progress=not args.quiet, force=args.force)
+    meta = json.loads((out / "factlm.json").read_text())
+    print(f"fact LM '{args.preset}' at {out}")
+    print(json.dumps(meta["report"], indent=1))
+    return 0
+
+
+def cmd_edit(args) -> int:
+    if args.bundle:
+        from .export.cli import bundle_edit
+
+        return bundle_edit(args)
+    if not args.out:
+        raise ConfigError("no output folder", where="--out", fix="pass --out DIR (a new HF folder is written there)")
+    import torch
+
+    from .atomic import atomic_dir
+    from .evaluate import aggregate, format_table, pre_edit_snapshot, score_request
+    from .journal import Journal
+    from .models import load_model
+    from .session import edit_sequential, prepare
+
+    torch.set_num_threads(1)
+    model_dir = resolve_model(args)
+    reqs = load_cli_requests(args)
+    cfg = method_config(args.method, edit_layer_for(model_dir, args.layer), args.config, args.seed)
+    lm = load_model(model_dir)
+    out = Path(args.out)
+    if out.resolve() == model_dir.resolve():
+        raise ConfigError("output folder is the input model", where="--out", fix="write to a new folder")
+    pres = [pre_edit_snapshot(lm.model, lm.tokenizer, r) for r in reqs]
+    ctx = prepare(lm, cfg, args.seed, progress=not args.quiet)
+    with atomic_dir(out) as tmp:
+        if (model_dir / "journal" / "journal.jsonl").is_file():
+            Journal.open(model_dir / "journal").copy_to(tmp / "journal")
+        journal = Journal.open(tmp / "journal")
+        records = edit_sequential(lm, reqs, cfg, ctx, journal, force=args.force, progress=not args.quiet)
+        lm.model.save_pretrained(tmp, safe_serialization=True)
+        lm.tokenizer.save_pretrained(tmp)
+        for extra in ("factlm.json", "factlm_corpus.txt"):
+            if (model_dir / extra).is_file():
+                shutil.copy2(model_dir / extra, tmp / extra)
+    failed = [r for r in records if not r.applied]
+    for r in records:
+        print(f"{r.request.case_id}: {r.outcome.status} applied={r.applied} loss_evals={r.outcome.loss_evals} "
+              f"wall={r.outcome.wall_time:.2f}s")
+    scores = [score_request(lm.model, lm.tokenizer, r, p) for r, p in zip(reqs, pres)]
+    print(format_table(aggregate(scores), title=f"in-memory scores after {len(records) - len(failed)} edits"))
+    print(f"wrote {out}" + (f"; {len(failed)} edit(s) not applied (missed the success criterion; --force applies them)"
+                            if failed else ""))
+    return 1 if failed else 0
+
+
+def cmd_eval(args) -> int:
+    import torch
+
+    from .evaluate import aggregate, format_table, pre_edit_snapshot, score_request, scores_json
+    from .models import load_model
+    from .session import base_model_of
+
+    torch.set_num_threads(1)
+    model_dir = resolve_model(args)
+    reqs = load_cli_requests(args)
+    lm = load_model(model_dir)
+    base = base_model_of(lm, model_dir / "journal")
+    pres = [pre_edit_snapshot(base, lm.tokenizer, r) if base is not None else None for r in reqs]
+    scores = [score_request(lm.model, lm.tokenizer, r, p) for r, p in zip(reqs, pres)]
+    agg = aggregate(scores)
+    print(format_table(agg, title=f"{model_dir} (locality vs {'pre-edit model' if base is not None else 'answers'})"))
+    if args.json:
+        from .atomic import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"aggregate": agg, "requests": scores_json(scores)}, indent=1))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mobiedit", description=__doc__)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def model_args(sp):
+        g = sp.add_mutually_exclusive_group()
+        g.add_argument("--model", help="local Hugging Face model folder")
+        g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default)")
+
+    def request_args(sp):
+        sp.add_argument("--requests", help="request file (CounterFact ROME/flat form or zsRE; JSON or JSON Lines)")
+        sp.add_argument("--subject"); sp.add_argument("--prompt"); sp.add_argument("--target")
+        sp.add_argument("--limit", type=int, default=0, help="use the first N requests (after --offset)")
+        sp.add_argument("--offset", type=int, default=0)
+
+    sp = sub.add_parser("pretrain", help="train (or load the cached) fact LM")
+    sp.add_argument("--preset", default="default"); sp.add_argument("--force", action="store_true")
+    sp.set_defaults(fn=cmd_pretrain)
+
+    sp = sub.add_parser("edit", help="edit a model and write a new HF folder with a journal")
+    model_args(sp); request_args(sp)
+    sp.add_argument("--method", choices=METHODS, default="mobiedit")
+    sp.add_argument("--config", help="YAML method config"); sp.add_argument("--layer", type=int)
+    sp.add_argument("--out"); sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--force", action="store_true", help="apply edits that missed their success criterion")
+    sp.add_argument("--bundle", help="edit a phone bundle through its edit program instead")
+    sp.set_defaults(fn=cmd_edit)
+
+    sp = sub.add_parser("eval", help="score a (possibly edited) model on requests")
+    model_args(sp); request_args(sp); sp.add_argument("--json", help="write per-request scores here")
+    sp.set_defaults(fn=cmd_eval)
+
+    from .bench import register as bench_register
+    from .demo import register as demo_register
+
+    bench_register(sub); demo_register(sub)
+    try:
+        from .export.cli import register as export_register
+    except ImportError:  # the export extra is not installed
+        export_register = None
+    if export_register is not None:
+        export_register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.fn(args) or 0)
+    except MobiEditError as e:
+        print(f"mobiedit: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mobiedit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Method configurations as YAML: nested dataclasses ⇄ plain dicts, validated on load.
+
+Unknown keys are errors naming their dotted path (a typo must not be silently ignored).
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+
+def to_dict(cfg: Any) -> Any:
+    """A dataclass (recursively) as plain Python data; tuples become lists."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(x) for x in cfg]
+    return cfg
+
+
+def _tuplify(value: Any) -> Any:
+    return tuple(_tuplify(v) for v in value) if isinstance(value, list) else value
+
+
+def from_dict(cls: type, data: Any, path: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``; missing keys keep defaults, unknown keys raise."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping, got {type(data).__name__}", where=path or "config",
+                          fix="write key: value pairs")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown}", where=path or cls.__name__,
+                          fix=f"valid keys: {sorted(names)}")
+    kwargs = {}
+    for key, value in data.items():
+        hint = hints[key]
+        sub = f"{path}.{key}" if path else key
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = from_dict(hint, value, sub)
+        else:
+            kwargs[key] = _tuplify(value)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(str(e), where=path or cls.__name__, fix="check the value types") from None
+
+
+def load_yaml(cls: type, path: str | Path) -> Any:
+    """Read a YAML file into dataclass ``cls``."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read YAML ({str(e).splitlines()[0]})", where=str(path),
+                          fix="pass a readable YAML file") from None
+    return from_dict(cls, data)
+
+
+def dump_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

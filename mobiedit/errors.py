@@ -1,0 +1,55 @@
+"""The project's error types.
+
+Every error a user can cause (bad request file, bad config, unreadable model folder, a numerical
+fault during an edit) is raised as a :class:`MobiEditError` subclass whose message names *where*
+(record / field) and *how to fix it*. The CLI prints ``str(err)`` on one line and exits 2; it never
+shows a traceback for these.
+"""
+from __future__ import annotations
+
+
+class MobiEditError(Exception):
+    """Base class: a one-line, user-facing message.
+
+    Args:
+        message: what is wrong.
+        where: the record / field / file it concerns (e.g. ``"record 3, field 'subject'"``).
+        fix: what the user should do about it.
+    """
+
+    def __init__(self, message: str, *, where: str | None = None, fix: str | None = None) -> None:
+        self.message = message
+        self.where = where
+        self.fix = fix
+        parts = [f"{where}: {message}" if where else message]
+        if fix:
+            parts.append(f"fix: {fix}")
+        super().__init__(" — ".join(parts))
+
+
+class RequestError(MobiEditError):
+    """An edit-request file or record is malformed."""
+
+
+class ConfigError(MobiEditError):
+    """A configuration value (dataclass / YAML / CLI flag) is invalid."""
+
+
+class ModelLoadError(MobiEditError):
+    """A model folder cannot be loaded (missing files, unknown family, unsafe format)."""
+
+
+class JournalError(MobiEditError):
+    """An edit journal is malformed or inconsistent with the model."""
+
+
+class BundleError(MobiEditError):
+    """A phone bundle is malformed, tampered with, or from a newer format version."""
+
+
+class NumericalError(MobiEditError):
+    """NaN/Inf in losses, deltas or statistics; the model was left untouched."""
+
+
+class EditFailedError(MobiEditError):
+    """An edit missed its success criterion within budget and was not applied."""

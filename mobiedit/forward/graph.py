@@ -1,0 +1,123 @@
+"""The forward-only edit graph: K value deltas in, K losses out — no autograd anywhere.
+
+Two implementations of the same objective (:mod:`mobiedit.rome.objective`):
+  * :class:`PrefixGraph` reuses the per-edit :class:`PrefixState` and runs only layers > ``l``
+    on the suffix positions (the product path);
+  * :class:`FullGraph` runs the whole model on every prompt with the delta hooked in (the
+    reference, and the "no prefix reuse" benchmark row).
+Both return ``(losses [K], correct [K, n_rewrite])`` where ``correct`` is the share of target
+tokens that are the argmax in each rewrite prompt (1.0 = the edit holds teacher-forced).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..families import Family, get_module, n_layers
+from ..hooks import add_at_positions, rewrite_output
+from ..rome.config import ObjectiveConfig
+from ..rome.context import EditInputs
+from ..rome.objective import kl_logprobs, nll_per_prompt
+from .prefix import PrefixState
+
+
+class _PrefixKV:
+    """A read-only K/V cache: ``update`` returns prefix ⊕ new without storing anything.
+
+    HF attention modules call ``past_key_values.update(k, v, layer_idx)``; this makes each call
+    see the edit's fixed prefix keys/values, so the graph is a pure function of its inputs.
+    """
+
+    def __init__(self, keys: dict[int, torch.Tensor], values: dict[int, torch.Tensor]) -> None:
+        self.keys, self.values = keys, values
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, *args, **kwargs):
+        return torch.cat([self.keys[layer_idx], k], dim=2), torch.cat([self.values[layer_idx], v], dim=2)
+
+
+def _readout_loss(logits: torch.Tensor, st_row: torch.Tensor, label: torch.Tensor, n_rewrite: int,
+                  target_len: int, kl_ref: torch.Tensor, wd_term: torch.Tensor, cfg: ObjectiveConfig
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss and per-prompt correctness from read-out logits [K, R, V]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    is_t = label >= 0
+    lp_t = logp[:, is_t].gather(-1, label[is_t].view(1, -1, 1).expand(logp.shape[0], -1, 1)).squeeze(-1)
+    rows_t = st_row[is_t]
+    K = logits.shape[0]
+    nll = torch.zeros(K, n_rewrite, dtype=logp.dtype, device=logp.device).index_add_(1, rows_t, -lp_t)
+    nll = (nll / target_len).mean(-1)
+    hit = (logits[:, is_t].argmax(-1) == label[is_t]).to(logp.dtype)
+    correct = torch.zeros(K, n_rewrite, dtype=logp.dtype, device=logp.device).index_add_(1, rows_t, hit) / target_len
+    new = logp[:, ~is_t]
+    kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
+    return nll + cfg.kl_factor * kl + wd_term, correct
+
+
+class PrefixGraph(torch.nn.Module):
+    """Layers > l, final norm and LM head of ``model`` over a fixed :class:`PrefixState`.
+
+    The modules are shared with ``model`` (or with a quantized copy of it); nothing is cloned.
+    """
+
+    def __init__(self, model, family: Family, state: PrefixState, cfg: ObjectiveConfig) -> None:
+        super().__init__()
+        L = n_layers(model, family)
+        self.blocks = torch.nn.ModuleList(get_module(model, family.layer, i) for i in range(state.layer + 1, L))
+        self.block_idx = list(range(state.layer + 1, L))
+        self.norm = get_module(model, family.final_norm)
+        self.head = get_module(model, family.lm_head)
+        self.state = state
+        self.cfg = cfg
+        self.v_init_norm = float(state.v_init.norm())
+
+    @torch.inference_mode()
+    def forward(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        st = self.state
+        K = deltas.shape[0]
+        B, S, P = st.shape
+        d = st.h_suffix.shape[-1]
+        x = st.h_suffix.unsqueeze(0).expand(K, B, S, d).clone()
+        x[:, :, 0, :] += deltas.to(x.dtype).unsqueeze(1)
+        x = x.reshape(K * B, S, d)
+        mask = st.mask.repeat(K, 1, 1, 1)
+        pe = None
+        if st.cos is not None:
+            pe = (st.cos.repeat(K, 1, 1), st.sin.repeat(K, 1, 1))
+        cache = _PrefixKV({i: st.prefix_k[n].repeat(K, 1, 1, 1) for n, i in enumerate(self.block_idx)},
+                          {i: st.prefix_v[n].repeat(K, 1, 1, 1) for n, i in enumerate(self.block_idx)})
+        for blk in self.blocks:
+            x = blk(x, attention_mask=mask, position_embeddings=pe, past_key_values=cache)
+        flat = st.readout_row * S + st.readout_pos
+        h = x.view(K, B * S, d)[:, flat]
+        logits = self.head(self.norm(h))
+        wd = self.cfg.weight_decay * deltas.float().norm(dim=-1) / self.v_init_norm ** 2
+        return _readout_loss(logits, st.readout_row, st.readout_label, st.n_rewrite, st.target_len,
+                             st.kl_ref, wd, self.cfg)
+
+
+class FullGraph(torch.nn.Module):
+    """The same objective by full forwards of the whole model (no reuse); the reference."""
+
+    def __init__(self, model, family: Family, layer: int, inputs: EditInputs, state: PrefixState,
+                 cfg: ObjectiveConfig) -> None:
+        super().__init__()
+        self.model, self.inputs, self.state, self.cfg = model, inputs, state, cfg
+        self.mod = get_module(model, family.mlp_out, layer)
+        self.v_init_norm = float(state.v_init.norm())
+
+    @torch.inference_mode()
+    def forward(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.inputs.batch.to(self.state.h_suffix.device)
+        losses, correct = [], []
+        for delta in deltas:
+            with rewrite_output(self.mod, add_at_positions(delta, b.subject_idx)):
+                logits = self.model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+            nll_rows = nll_per_prompt(logits, self.inputs)
+            new = kl_logprobs(logits, self.inputs)
+            kl = (self.state.kl_ref.exp() * (self.state.kl_ref - new)).sum(-1).mean(-1)
+            wd = self.cfg.weight_decay * delta.float().norm() / self.v_init_norm ** 2
+            losses.append(nll_rows.mean() + self.cfg.kl_factor * kl + wd)
+            n = self.inputs.n_rewrite
+            lab = b.labels[:n]
+            hit = ((logits[:n].argmax(-1) == lab) & (lab != -100)).float().sum(-1) / self.inputs.target_len
+            correct.append(hit)
+        return torch.stack(losses), torch.stack(correct)

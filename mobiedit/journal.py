@@ -1,0 +1,478 @@
+"""Edit journal: every applied rank-one edit, replayable and undoable bit-exactly.
+
+A journal is a folder holding
+
+* ``journal.jsonl`` — one JSON object per edit (:class:`JournalEntry`), rewritten whole through
+  :func:`~mobiedit.atomic.atomic_write_text` on every change, so a crash leaves either the old or
+  the new journal and never a torn line (a torn or malformed line can only come from outside
+  damage and is reported, never skipped);
+* ``edit-NNNNNN.safetensors`` — the edit's rank-one factors ``u`` [d_out] and ``w`` [d_in]
+  (float32); the entry holds the file's sha256;
+* ``base.safetensors`` — the pre-edit weight of every module the journal has touched, keyed by
+  module name, stored in the module's dtype the first time that module is edited, never changed.
+
+Order of writes in :meth:`Journal.record`: base (first edit of a module), factors file, then the
+journal. A crash before the journal write leaves an orphan file that nothing references (the
+next record overwrites it).
+
+Math (docs/zo_spec.md §5): ``W_new = W + u w^T`` for ``[out, in]`` weights, ``W + w u^T`` for
+GPT-2's ``Conv1D`` ``[in, out]``; :func:`apply_factors` computes it in float32 and casts back to
+the weight's dtype. A module's weight with edits e1..en active is defined as
+``apply_factors(...apply_factors(base, e1)..., en)`` in id order; :meth:`Journal.undo` and
+:meth:`Journal.bake` recompute exactly that from ``base.safetensors``, so the result is
+bit-identical to never having applied the undone edit. Callers that apply an edit themselves must
+use :func:`apply_factors` (or :meth:`Journal.bake`) to stay bit-identical.
+
+``edit --out DIR`` semantics: the CLI calls :meth:`Journal.bake` (every touched module :=
+base + active edits), saves the model into DIR and :meth:`Journal.copy_to` ``DIR/journal``. A
+model loaded from DIR therefore already holds its edits: :meth:`Journal.apply_all` refuses it
+(it needs base weights), while :meth:`Journal.undo` and :meth:`Journal.bake` work because they
+start from ``base.safetensors``. One writer per journal at a time; no file locking.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from .atomic import atomic_dir, atomic_write_bytes, atomic_write_text
+from .errors import JournalError, NumericalError
+from .families import FAMILIES, Family
+from .requests import EditRequest
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FILE = "journal.jsonl"
+BASE_FILE = "base.safetensors"
+VERSION = 1
+STATUSES = ("applied", "undone")
+RESTORE = "restore the journal folder from a backup"
+
+
+def factors_name(edit_id: int) -> str:
+    """File name of an edit's factors; the only names a journal entry may reference."""
+    return f"edit-{edit_id:06d}.safetensors"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One journal line. ``d_out``/``d_in`` are the module's output/input sizes (len of u / w);
+    ``base_sha256`` is :func:`tensor_sha256` of the module's base weight."""
+
+    id: int
+    request: dict
+    method: str
+    module: str
+    layer: int
+    family: str
+    weight_out_in: bool
+    d_out: int
+    d_in: int
+    factors: str
+    sha256: str
+    base_sha256: str
+    status: str
+    timestamp: str
+    metrics: dict | None = None
+    config: dict | None = None
+    version: int = VERSION
+
+    @property
+    def active(self) -> bool:
+        return self.status == "applied"
+
+    def edit_request(self) -> EditRequest:
+        """The stored request as an :class:`EditRequest` (RequestError if it was a free dict)."""
+        return EditRequest.from_dict(self.request)
+
+
+_OPTIONAL = {"metrics", "config"}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _entry_from_json(obj: Any, where: str) -> JournalEntry:
+    """Validate one parsed journal line; every problem is a JournalError naming the field."""
+    if not isinstance(obj, dict):
+        raise JournalError(f"line is a JSON {type(obj).__name__}, not an object", where=where, fix=RESTORE)
+    if isinstance(obj.get("id"), int):
+        where = f"{where} (edit {obj['id']})"
+    kinds = {f.name: f.type for f in fields(JournalEntry)}
+    py = {"int": int, "dict": dict, "str": str, "bool": bool, "dict | None": dict}
+    for name, kind in kinds.items():
+        value = obj.get(name)
+        if name not in obj or (value is None and name not in _OPTIONAL):
+            raise JournalError("missing field", where=f"{where}, field '{name}'", fix=RESTORE)
+        if value is not None and (not isinstance(value, py[kind])
+                                  or (kind != "bool" and isinstance(value, bool))):
+            raise JournalError(f"must be {kind}, got {type(value).__name__}",
+                               where=f"{where}, field '{name}'", fix=RESTORE)
+    extra = sorted(set(obj) - set(kinds))
+    checks = [("version", obj["version"] <= VERSION, "written by a newer mobiedit; upgrade"),
+              ("id", obj["id"] >= 1, "ids start at 1"),
+              ("layer", obj["layer"] >= 0, "layer index must be >= 0"),
+              ("d_out", obj["d_out"] >= 1 and obj["d_in"] >= 1, "sizes must be positive"),
+              ("status", obj["status"] in STATUSES, f"status must be one of {STATUSES}"),
+              ("factors", obj["factors"] == factors_name(obj["id"]),
+               f"must be {factors_name(obj['id'])!r} (no other paths are allowed)"),
+              ("sha256", bool(_HEX64.fullmatch(obj["sha256"])), "must be 64 lowercase hex digits"),
+              ("base_sha256", bool(_HEX64.fullmatch(obj["base_sha256"])), "must be 64 hex digits"),
+              (extra[0] if extra else "", not extra, "unknown field; written by a newer mobiedit?")]
+    for name, ok, fix in checks:
+        if not ok:
+            raise JournalError(f"invalid value {obj.get(name)!r}"[:200], where=f"{where}, field '{name}'",
+                               fix=fix)
+    return JournalEntry(**obj)
+
+
+def tensor_sha256(t: torch.Tensor) -> str:
+    """sha256 over dtype, shape and raw bytes of ``t`` (bit-exact identity of a tensor)."""
+    flat = t.detach().cpu().contiguous().reshape(-1)
+    h = hashlib.sha256(f"{flat.dtype}{tuple(t.shape)}".encode())
+    h.update(memoryview(flat.view(torch.uint8).numpy()))
+    return h.hexdigest()
+
+
+def apply_factors(weight: torch.Tensor, u: torch.Tensor, w: torch.Tensor,
+                  weight_out_in: bool) -> torch.Tensor:
+    """``weight + u w^T`` (``[out, in]``) or ``weight + w u^T`` (``[in, out]``), as a new tensor.
+
+    Computed in float32 (factors cast to float32) and cast back to ``weight.dtype``; elementwise
+    ops only, so the same inputs always give the same bits.
+    """
+    u32 = u.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
+    w32 = w.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
+    delta = torch.outer(u32, w32) if weight_out_in else torch.outer(w32, u32)
+    if delta.shape != weight.shape:
+        layout = "[out, in]" if weight_out_in else "[in, out]"
+        raise JournalError(f"factors u[{u32.numel()}], w[{w32.numel()}] do not fit a {layout} weight "
+                           f"of shape {list(weight.shape)}", where="apply_factors",
+                           fix="u has the module's output size, w its input size")
+    return (weight.detach().to(torch.float32) + delta).to(weight.dtype)
+
+
+def _json_ready(value: Any, field: str) -> Any:
+    """``value`` as it will read back from JSON (tuples → lists); NaN/Inf and objects refused."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise JournalError(f"not JSON-serialisable ({e})", where=f"record(), argument '{field}'",
+                           fix="pass plain dicts of str/int/float/bool/list") from None
+
+
+def _record_args(request: EditRequest | dict, method: str, family: Family | str, layer: int,
+                 module_name: str, u: torch.Tensor, w: torch.Tensor, base_weight: torch.Tensor,
+                 metrics: dict | None, config: dict | None
+                 ) -> tuple[Family, int, int, dict[str, torch.Tensor], dict[str, Any]]:
+    """Validate :meth:`Journal.record` arguments; returns (family, d_out, d_in, float32 CPU
+    factors {u, w}, JSON-ready {request, metrics, config}). Nothing is written here."""
+    fam = FAMILIES.get(family) if isinstance(family, str) else family
+    if not isinstance(fam, Family):
+        raise JournalError(f"unknown family {family!r}", where="record(), argument 'family'",
+                           fix=f"use one of {sorted(FAMILIES)}")
+    for name, value in (("method", method), ("module_name", module_name)):
+        if not isinstance(value, str) or not value.strip():
+            raise JournalError(f"must be non-empty text, got {value!r}",
+                               where=f"record(), argument '{name}'", fix="name the method / module")
+    if not isinstance(layer, int) or isinstance(layer, bool) or layer < 0:
+        raise JournalError(f"must be an int >= 0, got {layer!r}", where="record(), argument 'layer'",
+                           fix="pass the layer index")
+    if not isinstance(base_weight, torch.Tensor) or base_weight.dim() != 2:
+        raise JournalError("must be a 2-D tensor", where="record(), argument 'base_weight'",
+                           fix="pass the module's weight before this edit")
+    d_out, d_in = base_weight.shape if fam.weight_out_in else base_weight.shape[::-1]
+    factors: dict[str, torch.Tensor] = {}
+    for key, t, size in (("u", u, d_out), ("w", w, d_in)):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (size,):
+            got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise JournalError(f"must be a tensor of shape [{size}], got {got}",
+                               where=f"record(), argument '{key}'", fix="u: [d_out], w: [d_in]")
+        factors[key] = t.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+        if not torch.isfinite(factors[key]).all():
+            raise NumericalError("contains NaN/Inf", where=f"record(), argument '{key}'",
+                                 fix="the edit diverged; nothing was recorded")
+    req = request.to_dict() if isinstance(request, EditRequest) else request
+    if not isinstance(req, dict):
+        raise JournalError(f"must be an EditRequest or dict, got {type(req).__name__}",
+                           where="record(), argument 'request'", fix="pass the EditRequest")
+    extras = {k: _json_ready(v, k) for k, v in (("request", req), ("metrics", metrics),
+                                                 ("config", config))}
+    for key in ("metrics", "config"):
+        if extras[key] is not None and not isinstance(extras[key], dict):
+            raise JournalError("must be a dict or None", where=f"record(), argument '{key}'",
+                               fix="pass a dict of JSON values")
+    return fam, int(d_out), int(d_in), factors, extras
+
+
+class Journal:
+    """An edit journal folder. Build with :meth:`open`; entries are kept in memory and on disk."""
+
+    def __init__(self, folder: Path, entries: list[JournalEntry]) -> None:
+        self.folder = folder
+        self._entries = entries
+
+    # ------------------------------------------------------------------ reading
+    @classmethod
+    def open(cls, folder: str | os.PathLike) -> "Journal":
+        """Open (or create, if missing or empty) a journal folder, validating every line and the
+        sha256 of every factors file. Raises JournalError naming the line / edit and field."""
+        folder = Path(folder)
+        path = folder / JOURNAL_FILE
+        if not path.exists():
+            if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+                raise JournalError(f"no {JOURNAL_FILE} in a non-empty folder", where=str(folder),
+                                   fix="pass a journal folder, or a new/empty folder to start one")
+            atomic_write_text(path, "")
+            return cls(folder, [])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise JournalError(f"cannot read ({e})", where=str(path), fix="check permissions") from None
+        journal = cls(folder, cls._parse(text, path))
+        for entry in journal._entries:
+            journal._factors_bytes(entry)
+        return journal
+
+    @staticmethod
+    def _parse(text: str, path: Path) -> list[JournalEntry]:
+        """Entries of a journal text; ids strictly increase and a module's rows agree."""
+        lines = text.split("\n")
+        if lines[-1] != "":
+            raise JournalError("last line has no newline (torn or hand-edited)",
+                               where=f"{path}, line {len(lines)}", fix=RESTORE)
+        entries: list[JournalEntry] = []
+        for n, line in enumerate(lines[:-1], 1):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise JournalError(f"malformed JSON ({e})", where=f"{path}, line {n}",
+                                   fix=RESTORE) from None
+            entry = _entry_from_json(obj, f"{path}, line {n}")
+            if entries and entry.id <= entries[-1].id:
+                raise JournalError(f"id {entry.id} does not follow {entries[-1].id}",
+                                   where=f"{path}, line {n}, field 'id'", fix="ids must strictly increase")
+            first = next((e for e in entries if e.module == entry.module), entry)
+            for name in ("family", "weight_out_in", "d_out", "d_in", "base_sha256"):
+                if getattr(first, name) != getattr(entry, name):
+                    raise JournalError(f"differs from edit {first.id} on the same module",
+                                       where=f"{path}, line {n} (edit {entry.id}), field '{name}'",
+                                       fix=RESTORE)
+            entries.append(entry)
+        return entries
+
+    def entries(self, active_only: bool = False) -> list[JournalEntry]:
+        """All entries in id order (only status "applied" ones if ``active_only``)."""
+        return [e for e in self._entries if e.active or not active_only]
+
+    def entry(self, edit_id: int) -> JournalEntry:
+        """The entry with ``edit_id``; JournalError if there is none."""
+        for e in self._entries:
+            if e.id == edit_id:
+                return e
+        raise JournalError(f"no edit {edit_id!r}", where=str(self.folder / JOURNAL_FILE),
+                           fix=f"use one of the ids {[e.id for e in self._entries]}")
+
+    def _factors_bytes(self, entry: JournalEntry) -> bytes:
+        path = self.folder / entry.factors
+        where = f"{self.folder / JOURNAL_FILE}, edit {entry.id}"
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise JournalError(f"factors file unreadable ({e.strerror or e})",
+                               where=f"{where}, field 'factors'", fix=RESTORE) from None
+        if hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise JournalError(f"sha256 of {entry.factors} does not match the journal (tampered or corrupt)",
+                               where=f"{where}, field 'sha256'", fix=RESTORE)
+        return data
+
+    def load_factors(self, entry: JournalEntry) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, w) of ``entry``, after checking the sha256 and the shapes [d_out] / [d_in]."""
+        where = f"{self.folder / JOURNAL_FILE}, edit {entry.id}"
+        try:
+            tensors = st_load(self._factors_bytes(entry))
+        except Exception as e:  # safetensors raises its own error types for malformed headers
+            raise JournalError(f"factors file is not valid safetensors ({e})",
+                               where=f"{where}, field 'factors'", fix=RESTORE) from None
+        for key, size in (("u", entry.d_out), ("w", entry.d_in)):
+            t = tensors.get(key)
+            if t is None or t.dtype != torch.float32 or tuple(t.shape) != (size,):
+                got = None if t is None else f"{t.dtype}{list(t.shape)}"
+                raise JournalError(f"factor '{key}' is {got}, expected float32[{size}]",
+                                   where=f"{where}, field '{key}'", fix=RESTORE)
+        return tensors["u"], tensors["w"]
+
+    def base_weight(self, module: str) -> torch.Tensor:
+        """The stored pre-edit weight of ``module``, checked against the journal's base_sha256."""
+        rows = [e for e in self._entries if e.module == module]
+        if not rows:
+            raise JournalError(f"module {module!r} has no edits", where=str(self.folder),
+                               fix="name a module listed in entries()")
+        path = self.folder / BASE_FILE
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                base = fh.get_tensor(module)
+        except Exception as e:  # missing file / key or malformed header
+            raise JournalError(f"cannot read base weight of {module!r} ({e})", where=str(path),
+                               fix=RESTORE) from None
+        if tensor_sha256(base) != rows[0].base_sha256:
+            raise JournalError(f"base weight of {module!r} does not match the journal",
+                               where=f"{path}, edit {rows[0].id}, field 'base_sha256'", fix=RESTORE)
+        return base
+
+    def rebuild(self, module: str, skip: int | None = None) -> torch.Tensor:
+        """Base weight of ``module`` with its active edits (except ``skip``) applied in id order."""
+        weight = self.base_weight(module)
+        for e in self._entries:
+            if e.module == module and e.active and e.id != skip:
+                u, w = self.load_factors(e)
+                weight = apply_factors(weight, u, w, e.weight_out_in)
+        return weight
+
+    # ------------------------------------------------------------------ writing
+    def _write(self, entries: list[JournalEntry]) -> None:
+        text = "".join(json.dumps(asdict(e), sort_keys=True, ensure_ascii=False) + "\n" for e in entries)
+        atomic_write_text(self.folder / JOURNAL_FILE, text)
+        self._entries = entries
+
+    def _store_base(self, module: str, base: torch.Tensor) -> None:
+        """Add ``module``'s base weight to base.safetensors (atomic rewrite keeping other keys)."""
+        path = self.folder / BASE_FILE
+        tensors: dict[str, torch.Tensor] = {}
+        if path.exists():
+            try:
+                with safe_open(str(path), framework="pt") as fh:
+                    tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+            except Exception as e:  # malformed header / unreadable
+                raise JournalError(f"cannot read ({e})", where=str(path), fix=RESTORE) from None
+        tensors[module] = base.detach().cpu().contiguous().clone()
+        atomic_write_bytes(path, st_save(tensors, metadata={"format": "mobiedit-journal-base"}))
+
+    def record(self, request: EditRequest | dict, method: str, family: Family | str, layer: int,
+               module_name: str, u: torch.Tensor, w: torch.Tensor, base_weight: torch.Tensor,
+               metrics: dict | None = None, config: dict | None = None) -> JournalEntry:
+        """Record one edit whose factors were computed on ``base_weight`` (the module's weight just
+        before this edit). Writes base (first edit of the module), factors, then the journal line.
+
+        The model is not changed: apply with :func:`apply_factors` or :meth:`bake`. Raises
+        JournalError for inconsistent shapes / arguments, NumericalError for non-finite factors.
+        """
+        fam, d_out, d_in, factors, extras = _record_args(request, method, family, layer, module_name, u, w,
+                                                         base_weight, metrics, config)
+        prior = [e for e in self._entries if e.module == module_name]
+        if prior:
+            p = prior[0]
+            base_sha = p.base_sha256
+            if (p.family, p.weight_out_in, p.d_out, p.d_in) != (fam.name, fam.weight_out_in, d_out, d_in):
+                raise JournalError(f"module {module_name!r} was edited as {p.family} [{p.d_out}x{p.d_in}]",
+                                   where="record(), argument 'base_weight'", fix="use the same model")
+            if not torch.equal(self.rebuild(module_name).to(base_weight.device), base_weight.detach()):
+                log.warning("record: %s does not hold base + active journal edits; undo/bake will "
+                            "rebuild it from the journal's base weight", module_name)
+        else:
+            base_sha = tensor_sha256(base_weight)
+            self._store_base(module_name, base_weight)
+        edit_id = self._entries[-1].id + 1 if self._entries else 1
+        blob = st_save(factors, metadata={"edit_id": str(edit_id), "module": module_name})
+        atomic_write_bytes(self.folder / factors_name(edit_id), blob)
+        entry = JournalEntry(
+            id=edit_id, method=method, module=module_name, layer=layer, family=fam.name,
+            weight_out_in=fam.weight_out_in, d_out=d_out, d_in=d_in, factors=factors_name(edit_id),
+            sha256=hashlib.sha256(blob).hexdigest(), base_sha256=base_sha, status="applied",
+            timestamp=datetime.now(timezone.utc).isoformat(), **extras)
+        self._write(self._entries + [entry])
+        log.info("journal %s: recorded edit %d on %s", self.folder, edit_id, module_name)
+        return entry
+
+    # ------------------------------------------------------------------ model updates
+    def _check_module(self, model: torch.nn.Module, family: Family, entry: JournalEntry) -> None:
+        """Check that ``model`` has the module ``entry`` edits, in its family, layout and shape."""
+        where, fix = f"{self.folder / JOURNAL_FILE}, edit {entry.id}", "use the model the journal belongs to"
+        if (entry.family, entry.weight_out_in) != (family.name, family.weight_out_in):
+            raise JournalError(f"edit was made on family {entry.family!r}, model is {family.name!r}",
+                               where=f"{where}, field 'family'", fix=fix)
+        try:
+            shape = tuple(model.get_submodule(entry.module).weight.shape)
+        except AttributeError:
+            raise JournalError(f"model has no module {entry.module!r} with a weight",
+                               where=f"{where}, field 'module'", fix=fix) from None
+        want = (entry.d_out, entry.d_in) if entry.weight_out_in else (entry.d_in, entry.d_out)
+        if shape != want:
+            raise JournalError(f"module weight is {list(shape)}, edit expects {list(want)}",
+                               where=f"{where}, field 'module'", fix=fix)
+
+    @staticmethod
+    def _set(model: torch.nn.Module, new: dict[str, torch.Tensor]) -> None:
+        """Copy rebuilt weights into the model (all checks already done)."""
+        with torch.no_grad():
+            for module, tensor in new.items():
+                weight = model.get_submodule(module).weight
+                weight.copy_(tensor.to(device=weight.device, dtype=weight.dtype))
+
+    def _rebuild_all(self, model: torch.nn.Module, family: Family) -> dict[str, torch.Tensor]:
+        """Every touched module rebuilt (base + active edits), after checking the model."""
+        modules: dict[str, torch.Tensor] = {}
+        for e in self._entries:
+            self._check_module(model, family, e)
+            if e.module not in modules:
+                modules[e.module] = self.rebuild(e.module)
+        return modules
+
+    def apply_all(self, model: torch.nn.Module, family: Family) -> list[int]:
+        """Apply the active edits in id order to a model that holds the BASE weights.
+
+        Raises JournalError, changing nothing, if any touched module differs from its stored base
+        weight (already edited, baked, or another checkpoint). Returns the applied ids.
+        """
+        new = self._rebuild_all(model, family)
+        for module in new:
+            if not torch.equal(model.get_submodule(module).weight.detach().cpu(), self.base_weight(module)):
+                raise JournalError(f"module {module!r} does not hold the journal's base weight",
+                                   where=str(self.folder), fix="load the original model; for a model saved "
+                                   "with edits baked in use bake()/undo() instead of apply_all()")
+        self._set(model, new)
+        return [e.id for e in self.entries(active_only=True)]
+
+    def bake(self, model: torch.nn.Module, family: Family) -> list[str]:
+        """Set every touched module to base + active edits (any current state; idempotent).
+        Returns the module names written. See the module docstring for ``edit --out``."""
+        new = self._rebuild_all(model, family)
+        self._set(model, new)
+        return list(new)
+
+    def undo(self, edit_id: int, model: torch.nn.Module, family: Family) -> JournalEntry:
+        """Mark ``edit_id`` undone and set its module to base + the remaining active edits, bit-exactly
+        as if it had never been applied. Other modules are untouched. The journal is written before
+        the model changes; on any error neither changes."""
+        entry = self.entry(edit_id)
+        if not entry.active:
+            raise JournalError(f"edit {edit_id} is already undone", where=str(self.folder / JOURNAL_FILE),
+                               fix="list active edits with entries(active_only=True)")
+        self._check_module(model, family, entry)
+        weight = self.rebuild(entry.module, skip=edit_id)
+        undone = replace(entry, status="undone")
+        self._write([undone if e.id == edit_id else e for e in self._entries])
+        self._set(model, {entry.module: weight})
+        log.info("journal %s: undid edit %d on %s", self.folder, edit_id, entry.module)
+        return undone
+
+    def copy_to(self, dest: str | os.PathLike) -> Path:
+        """Atomically copy the journal (lines, base, referenced factors) to ``dest`` after re-checking
+        every factors file; orphan files are left behind. Returns ``dest``."""
+        for e in self._entries:
+            self._factors_bytes(e)
+        with atomic_dir(dest) as tmp:
+            names = [e.factors for e in self._entries] + ([BASE_FILE] if self._entries else [])
+            for name in [JOURNAL_FILE] + names:
+                shutil.copyfile(self.folder / name, tmp / name)
+        return Path(dest)

@@ -1,0 +1,81 @@
+"""What every editing method shares: the per-model context and the outcome of one edit."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..families import Family, get_module
+from ..models import LoadedModel
+from ..rome.config import ContextConfig
+from ..rome.context import generate_context_templates
+from ..rome.stats import cached_second_moment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelContext:
+    """Per (model, layer) state reused by every edit: context templates and key statistics.
+
+    Built once by :func:`prepare_context`; passed explicitly (no module-level caches).
+    """
+
+    templates: list[str]
+    mom2: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+def prepare_context(lm: LoadedModel, layers: list[int], context: ContextConfig, stats_texts: list[str] | None,
+                    generator: torch.Generator, progress: bool = False) -> ModelContext:
+    """Generate context templates (from ``generator``) and load/compute C for each layer.
+
+    ``stats_texts`` None disables the mom2 adjustment (C = I, ROME's ``mom2_adjustment=False``).
+    """
+    templates = generate_context_templates(lm.model, lm.tokenizer, context, generator)
+    ctx = ModelContext(templates=templates)
+    if stats_texts is not None:
+        for layer in layers:
+            ctx.mom2[layer] = cached_second_moment(lm.model, lm.family, layer, lm.tokenizer, stats_texts,
+                                                   Path(lm.path), progress=progress)
+    return ctx
+
+
+@dataclass
+class EditOutcome:
+    """One edit's result: the rank-one factors and what it cost.
+
+    ``loss_evals``: losses evaluated at distinct deltas (a batch of K counts K);
+    ``sequences``: prompt sequences run through the model (rows × evaluations);
+    ``forward_calls`` / ``backward_calls``: graph or model invocations.
+    ``succeeded`` False means the success criterion was not met within budget.
+    """
+
+    method: str
+    layer: int
+    module: str
+    u: torch.Tensor
+    w: torch.Tensor
+    succeeded: bool
+    status: str
+    loss_evals: int
+    sequences: int
+    forward_calls: int
+    backward_calls: int
+    wall_time: float
+    losses: list[float]
+    seed: int = 0
+    config: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "status", "loss_evals",
+                                              "sequences", "forward_calls", "backward_calls", "wall_time")}
+
+
+def module_name(family: Family, layer: int) -> str:
+    return family.mlp_out.format(layer)
+
+
+def edited_weight(lm: LoadedModel, layer: int) -> torch.nn.Parameter:
+    return get_module(lm.model, lm.family.mlp_out, layer).weight

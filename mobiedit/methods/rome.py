@@ -1,0 +1,43 @@
+"""Backprop ROME: Adam value search, then the mom2-adjusted rank-one update."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..models import LoadedModel
+from ..requests import EditRequest
+from ..rome.compute_k import compute_key
+from ..rome.compute_v import compute_v
+from ..rome.config import ROMEConfig
+from ..rome.context import build_edit_inputs
+from ..rome.update import rank_one_factors, solve_c
+from .common import EditOutcome, ModelContext, module_name
+
+
+def factors_from_delta(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, delta: torch.Tensor,
+                       mom2_ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(u, w) of the rank-one update that maps the subject's key to v* = W k_cur + ``delta``.
+
+    The key and current output are measured on the float model ``lm``, whatever graph found the
+    delta, so the update is exact for the weights it is applied to.
+    """
+    k_bar, k_cur, out_cur = compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
+                                        req.rewrite_prompt, req.subject)
+    c_inv_k = solve_c(ctx.mom2.get(layer), k_bar, mom2_ridge)
+    return rank_one_factors(k_cur, out_cur, out_cur + delta.to(out_cur), c_inv_k)
+
+
+def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelContext) -> EditOutcome:
+    """One ROME edit by backprop. The model is not modified (apply the returned factors)."""
+    t0 = time.perf_counter()
+    inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
+    with torch.enable_grad():
+        vr = compute_v(lm.model, lm.family, inputs, cfg)
+    u, w = factors_from_delta(lm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge)
+    rows = inputs.batch.input_ids.shape[0]
+    succeeded = vr.losses[-1] < cfg.early_loss or vr.holds
+    return EditOutcome(method="rome", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
+                       succeeded=succeeded, status="SUCCESS_LOSS" if succeeded else "MAX_STEPS",
+                       loss_evals=vr.forwards, sequences=vr.forwards * rows, forward_calls=vr.forwards + 2,
+                       backward_calls=vr.backwards, wall_time=time.perf_counter() - t0, losses=vr.losses)

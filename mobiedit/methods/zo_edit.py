@@ -1,0 +1,115 @@
+"""MobiEdit: forward-only value search on a (quantized) static-shape graph with early stopping
+and prefix-activation reuse, driven by the ZO loop (native engine by default).
+
+The search runs in normalised units ``z = δ / s`` with ``s = ‖v_init‖/√d``, so ``h``, ``lr`` and
+the clamp (``clamp_norm_factor·√d``) mean the same on every model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..forward.graph import FullGraph, PrefixGraph
+from ..forward.prefix import compute_prefix_state
+from ..forward.quant import QuantConfig, quantized_copy
+from ..models import LoadedModel
+from ..requests import EditRequest
+from ..rome.config import ContextConfig, ObjectiveConfig
+from ..rome.context import build_edit_inputs
+from ..zo import ZOConfig, run_zo
+from .common import EditOutcome, ModelContext, module_name
+from .rome import factors_from_delta
+
+SUCCESS_RULES = ("all_prompts", "plain_prompt")
+
+
+def _default_zo() -> ZOConfig:
+    return ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam", lr=0.5, max_steps=150,
+                    max_evals=3000, check_every=1, loss_tol=0.0, patience=0, seed=0)
+
+
+@dataclass(frozen=True)
+class MobiEditConfig:
+    """Forward-only editing. ``prefix_reuse``/``early_stop``/``quant`` are the paper's three
+    savings and can be switched off one by one for the benchmark rows."""
+
+    layer: int = 1
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
+    zo: ZOConfig = field(default_factory=_default_zo)
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    prefix_reuse: bool = True
+    early_stop: bool = True
+    success_rule: str = "all_prompts"
+    backend: str = "native"
+    mom2_ridge: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.layer < 0:
+            raise ConfigError(f"layer must be >= 0, got {self.layer}", where="mobiedit.layer",
+                              fix="pick a layer index of the model")
+        if self.success_rule not in SUCCESS_RULES:
+            raise ConfigError(f"unknown success_rule {self.success_rule!r}", where="mobiedit.success_rule",
+                              fix=f"use one of {SUCCESS_RULES}")
+        if self.backend not in ("native", "python"):
+            raise ConfigError(f"unknown backend {self.backend!r}", where="mobiedit.backend",
+                              fix="use 'native' (C++ engine) or 'python' (reference)")
+
+
+@dataclass
+class _Counters:
+    evals: int = 0
+    sequences: int = 0
+    calls: int = 0
+
+
+def build_graph(fwd_model, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext):
+    """The forward-only graph of one edit (prefix-reusing or full) on ``fwd_model``."""
+    inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
+    state = compute_prefix_state(fwd_model, lm.family, cfg.layer, inputs)
+    if cfg.prefix_reuse:
+        return PrefixGraph(fwd_model, lm.family, state, cfg.objective), state, inputs
+    return FullGraph(fwd_model, lm.family, cfg.layer, inputs, state, cfg.objective), state, inputs
+
+
+def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
+                  fwd_model: torch.nn.Module | None = None) -> EditOutcome:
+    """One forward-only edit. ``fwd_model`` is the (quantized) model the loop's forwards run on
+    (default: a quantized copy per ``cfg.quant``); the factors are computed on ``lm.model``."""
+    t0 = time.perf_counter()
+    if fwd_model is None:
+        fwd_model = quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+    graph, state, inputs = build_graph(fwd_model, lm, req, cfg, ctx)
+    d = state.h_suffix.shape[-1]
+    scale = float(state.v_init.norm()) / math.sqrt(d)
+    rows = inputs.batch.input_ids.shape[0]
+    n = _Counters()
+
+    def forward(D: np.ndarray) -> np.ndarray:
+        losses, _ = graph(torch.from_numpy(np.ascontiguousarray(D)) * scale)
+        n.evals += D.shape[0]; n.sequences += D.shape[0] * rows; n.calls += 1
+        return losses.double().numpy()
+
+    def check(x: np.ndarray) -> bool:
+        _, correct = graph(torch.from_numpy(np.array(x, dtype=np.float32, copy=True)).view(1, -1) * scale)
+        n.evals += 1; n.sequences += rows; n.calls += 1
+        c = correct[0]
+        return bool((c >= 1.0).all() if cfg.success_rule == "all_prompts" else c[0] >= 1.0)
+
+    zcfg = dataclasses.replace(cfg.zo, max_norm=cfg.objective.clamp_norm_factor * math.sqrt(d))
+    res = run_zo(forward, check if cfg.early_stop else None, np.zeros(d, dtype=np.float32), zcfg,
+                 backend=cfg.backend)
+    res.raise_for_status()
+    delta = torch.from_numpy(np.asarray(res.x, dtype=np.float32)) * scale
+    succeeded = res.succeeded or check(np.asarray(res.x, dtype=np.float32))
+    u, w = factors_from_delta(lm, ctx, req, cfg.layer, delta, cfg.mom2_ridge)
+    return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
+                       succeeded=succeeded, status=res.status.value, loss_evals=n.evals, sequences=n.sequences,
+                       forward_calls=n.calls + 2, backward_calls=0, wall_time=time.perf_counter() - t0,
+                       losses=list(res.history), seed=cfg.zo.seed)

@@ -1,0 +1,90 @@
+"""Load a causal LM and its tokenizer from a local Hugging Face folder — never from a hub.
+
+Only safetensors weights are accepted (a pickled ``pytorch_model.bin`` can run code on load).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import ModelLoadError
+from .families import Family, family_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedModel:
+    """A model, its tokenizer, its family row and the folder it came from."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    family: Family
+    path: Path
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def read_config(path: str | os.PathLike) -> dict:
+    """Read ``config.json`` of a model folder, with a clear error when it is missing or broken."""
+    cfg_path = Path(path) / "config.json"
+    if not cfg_path.is_file():
+        raise ModelLoadError("no config.json", where=str(path),
+                             fix="pass a Hugging Face model folder (config.json, model.safetensors, tokenizer files)")
+    try:
+        return json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"config.json is not valid JSON ({e})", where=str(cfg_path),
+                             fix="restore the file from the original checkpoint") from None
+
+
+def _check_safe_weights(path: Path) -> None:
+    names = {p.name for p in path.iterdir()}
+    has_st = any(n.endswith(".safetensors") for n in names)
+    pickled = sorted(n for n in names if n.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")))
+    if not has_st:
+        raise ModelLoadError(
+            "no *.safetensors weights" + (f" (found pickled {pickled})" if pickled else ""),
+            where=str(path),
+            fix="convert the checkpoint to safetensors (pickled checkpoints can run code and are refused)",
+        )
+
+
+def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
+               dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load model + tokenizer from a local folder, offline, safetensors only.
+
+    The returned model is in eval mode with gradients disabled on every parameter (editing code
+    enables what it needs explicitly).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelLoadError("model folder does not exist", where=str(path),
+                             fix="pass a local folder; hub downloads are disabled")
+    cfg = read_config(path)
+    family = family_for(str(cfg.get("model_type", "")))
+    _check_safe_weights(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, local_files_only=True, use_safetensors=True)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot load: {str(e).splitlines()[0]}", where=str(path),
+                             fix="check that the folder is a complete HF checkpoint") from None
+    model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    log.info("loaded %s (%s, %.1fM params) from %s", family.name, type(model).__name__,
+             sum(p.numel() for p in model.parameters()) / 1e6, path)
+    return LoadedModel(model=model, tokenizer=tok, family=family, path=path)

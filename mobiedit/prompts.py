@@ -1,0 +1,105 @@
+"""Tokenising prompts with targets and locating the subject's last token.
+
+Conventions (ROME's): a target is appended as ``" " + target``, tokenised separately from the
+prompt (no special tokens), and scored teacher-forced: the logits at positions
+``len(prompt)-1 ... len(prompt)+len(target)-2`` predict the target tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import RequestError
+
+
+def target_ids(tok, target: str) -> list[int]:
+    """Token ids of ``" " + target`` without special tokens."""
+    ids = tok(" " + target.strip(), add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise RequestError("target tokenises to nothing", where=f"target {target!r}",
+                           fix="use a non-empty target string")
+    return ids
+
+
+def prompt_ids(tok, text: str) -> list[int]:
+    """Token ids of a prompt with the tokenizer's special tokens (e.g. BOS)."""
+    return tok(text)["input_ids"]
+
+
+def subject_last_index(tok, text: str, subject: str) -> int:
+    """Index, in ``prompt_ids(tok, text)``, of the last token of the first occurrence of ``subject``.
+
+    Computed as ROME does: the length of the tokenised prefix that ends with the subject, minus 1.
+    """
+    i = text.find(subject)
+    if i < 0:
+        raise RequestError(f"subject {subject!r} does not occur in prompt {text!r}",
+                           where="field 'subject'", fix="make the prompt contain the subject verbatim")
+    return len(prompt_ids(tok, text[: i + len(subject)].rstrip())) - 1
+
+
+@dataclass
+class TargetBatch:
+    """Right-padded prompts + targets, teacher-forced.
+
+    ``input_ids`` [B, T]; ``attention_mask`` [B, T]; ``subject_idx`` [B] (or -1 when not asked);
+    ``labels`` [B, T] with the target token at the position that *predicts* it and -100 elsewhere.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    subject_idx: torch.Tensor
+    labels: torch.Tensor
+    last_idx: torch.Tensor  # index of the last real token of each row
+
+    def to(self, device: torch.device) -> "TargetBatch":
+        return TargetBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask,
+                                                    self.subject_idx, self.labels, self.last_idx)))
+
+
+def make_batch(tok, prompts: list[str], targets: list[str] | None, subject: str | None = None,
+               drop_last_target_token: bool = True) -> TargetBatch:
+    """Build a :class:`TargetBatch`.
+
+    With ``targets``, each row is ``prompt + target`` minus the target's last token when
+    ``drop_last_target_token`` (nothing is predicted after it), so the row length is exactly what
+    scoring needs. ``subject`` (if given) is located in every prompt.
+    """
+    rows, labels, subj, last = [], [], [], []
+    for k, p in enumerate(prompts):
+        pid = prompt_ids(tok, p)
+        tid = target_ids(tok, targets[k]) if targets is not None else []
+        ids = pid + (tid[:-1] if (tid and drop_last_target_token) else tid)
+        lab = [-100] * len(ids)
+        for j, t in enumerate(tid):
+            if len(pid) - 1 + j < len(ids) or not drop_last_target_token:
+                pos = len(pid) - 1 + j
+                if pos < len(lab):
+                    lab[pos] = t
+        rows.append(ids)
+        labels.append(lab)
+        subj.append(subject_last_index(tok, p, subject) if subject is not None else -1)
+        last.append(len(ids) - 1)
+    T = max(len(r) for r in rows)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    x = torch.full((len(rows), T), pad, dtype=torch.long)
+    m = torch.zeros((len(rows), T), dtype=torch.long)
+    y = torch.full((len(rows), T), -100, dtype=torch.long)
+    for r, (ids, lab) in enumerate(zip(rows, labels)):
+        x[r, : len(ids)] = torch.tensor(ids)
+        m[r, : len(ids)] = 1
+        y[r, : len(lab)] = torch.tensor(lab)
+    return TargetBatch(x, m, torch.tensor(subj), y, torch.tensor(last))
+
+
+def target_logprobs(logits: torch.Tensor, batch: TargetBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row sum of target log-probs and number of target tokens.
+
+    Returns (sum_logp [B], n_tokens [B]).
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    mask = batch.labels != -100
+    safe = batch.labels.clamp(min=0)
+    tok_lp = logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * mask
+    return tok_lp.sum(-1), mask.sum(-1)

@@ -1,0 +1,64 @@
+"""ROME's hyper-parameters (defaults as in ROME's GPT-2 XL / EasyEdit Llama settings)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """Context templates: ``count`` generated prefixes of ``length`` tokens each, plus ``"{}"``."""
+
+    lengths: tuple[tuple[int, int], ...] = ((5, 10), (10, 10))  # (tokens, count)
+    seeds: tuple[str, ...] = ("The", "Therefore", "Because", "I", "You")
+
+    def __post_init__(self) -> None:
+        for i, pair in enumerate(self.lengths):
+            if len(pair) != 2 or min(pair) < 0:
+                raise ConfigError(f"entry {i} must be (tokens>=0, count>=0), got {pair!r}",
+                                  where="context.lengths", fix="e.g. [[5, 10], [10, 10]]")
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """The value-search objective shared by backprop and forward-only search.
+
+    loss = NLL(target | context-templated prompts) + kl_factor * KL(orig || new on "{} is a")
+           + weight_decay * ||delta|| / ||v_init||^2 ; delta clamped to clamp_norm_factor * ||v_init||.
+    """
+
+    kl_factor: float = 0.0625
+    kl_prompt: str = "{} is a"
+    weight_decay: float = 0.5
+    clamp_norm_factor: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.kl_factor < 0 or self.weight_decay < 0 or self.clamp_norm_factor <= 0:
+            raise ConfigError("kl_factor, weight_decay must be >= 0 and clamp_norm_factor > 0",
+                              where="objective", fix="use ROME's defaults 0.0625, 0.5, 4.0")
+        if self.kl_prompt.count("{}") != 1:
+            raise ConfigError("must contain exactly one '{}' subject slot", where="objective.kl_prompt",
+                              fix="e.g. '{} is a'")
+
+
+@dataclass(frozen=True)
+class ROMEConfig:
+    """Backprop ROME: Adam on the value delta, then the rank-one update."""
+
+    layer: int = 1
+    steps: int = 25
+    lr: float = 0.5
+    early_loss: float = 5e-2
+    mom2_adjustment: bool = True
+    mom2_ridge: float = 1e-4  # relative ridge added to C before solving (numerical safety)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
+
+    def __post_init__(self) -> None:
+        if self.layer < 0:
+            raise ConfigError(f"layer must be >= 0, got {self.layer}", where="rome.layer",
+                              fix="pick a layer index of the model")
+        if self.steps < 1 or not (0 < self.lr < 100):
+            raise ConfigError("steps must be >= 1 and lr in (0, 100)", where="rome.steps/lr",
+                              fix="ROME's defaults: steps 20-25, lr 0.5")

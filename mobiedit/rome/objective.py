@@ -1,0 +1,45 @@
+"""The value-search objective — one definition shared by backprop ROME and the forward-only graph.
+
+For a delta ``δ`` added to the edited layer's MLP output at the subject's last token:
+
+    L(δ) = mean_p NLL(target | p; δ) / |target|  +  kl_factor · KL(P₀ ‖ P_δ on "{s} is a")
+           + weight_decay · ‖δ‖ / ‖v_init‖²
+
+(ROME's ``compute_v``: note the decay uses ‖δ‖, not ‖δ‖², as ROME does.)
+"""
+from __future__ import annotations
+
+import torch
+
+from .config import ObjectiveConfig
+from .context import EditInputs
+
+
+def kl_logprobs(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
+    """Log-probs at the last token of each KL row: [..., n_kl, V]."""
+    b = inputs.batch
+    rows = torch.arange(inputs.n_rewrite, b.input_ids.shape[0], device=logits.device)
+    last = b.last_idx[inputs.n_rewrite:].to(logits.device)
+    return torch.log_softmax(logits[..., rows, last, :].float(), dim=-1)
+
+
+def nll_per_prompt(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
+    """Mean-per-token target NLL of each rewrite row: [..., n_rewrite]."""
+    n = inputs.n_rewrite
+    labels = inputs.batch.labels[:n].to(logits.device)
+    logp = torch.log_softmax(logits[..., :n, :, :].float(), dim=-1)
+    mask = labels != -100
+    lp = logp.gather(-1, labels.clamp(min=0).expand(*logp.shape[:-1]).unsqueeze(-1)).squeeze(-1)
+    return -(lp * mask).sum(-1) / inputs.target_len
+
+
+def value_loss(logits: torch.Tensor, inputs: EditInputs, kl_ref: torch.Tensor, delta_norm: torch.Tensor,
+               v_init_norm: float, cfg: ObjectiveConfig) -> torch.Tensor:
+    """The objective for logits of shape [..., B, T, V]; returns a loss of shape [...].
+
+    ``kl_ref`` are the unedited model's KL log-probs ([n_kl, V]); ``delta_norm`` has shape [...].
+    """
+    nll = nll_per_prompt(logits, inputs).mean(-1)
+    new = kl_logprobs(logits, inputs)
+    kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
+    return nll + cfg.kl_factor * kl + cfg.weight_decay * delta_norm / (v_init_norm ** 2)

@@ -1,0 +1,32 @@
+"""The rank-one update of ROME: ΔW = u wᵀ with u = v* − W k_cur and w = C⁻¹k̄ / (k_cur · C⁻¹k̄)."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import NumericalError
+
+
+def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.Tensor:
+    """C⁻¹ k̄ (with a relative ridge ``ridge·mean(diag C)``); k̄ itself when ``c`` is None."""
+    if c is None:
+        return k_bar.clone()
+    c64 = c.double()
+    lam = ridge * torch.diagonal(c64).mean()
+    x = torch.linalg.solve(c64 + lam * torch.eye(c64.shape[0], dtype=c64.dtype, device=c64.device),
+                           k_bar.double())
+    return x.float()
+
+
+def rank_one_factors(k_cur: torch.Tensor, out_cur: torch.Tensor, v_star: torch.Tensor,
+                     c_inv_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(u [d_out], w [d_in]) such that (W + u wᵀ) k_cur = v* − bias-free part, i.e. the new
+    output at k_cur is exactly v*.
+
+    Raises NumericalError on non-finite inputs or a vanishing denominator.
+    """
+    denom = torch.dot(k_cur.double(), c_inv_k.double())
+    u = (v_star.double() - out_cur.double())
+    if not (torch.isfinite(u).all() and torch.isfinite(c_inv_k).all() and torch.isfinite(denom)) or denom.abs() < 1e-12:
+        raise NumericalError("non-finite or degenerate rank-one factors", where="rank-one update",
+                             fix="check the key statistics and the value search")
+    return u.float(), (c_inv_k.double() / denom).float()

@@ -1,0 +1,22 @@
+# Cross-compile for 64-bit ARM Linux with Debian's g++-aarch64-linux-gnu; run target binaries
+# (ctest) under qemu-user with the cross sysroot: qemu-aarch64 -L /usr/aarch64-linux-gnu.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+
+set(MOBIEDIT_CROSS_PREFIX aarch64-linux-gnu)
+set(MOBIEDIT_SYSROOT /usr/${MOBIEDIT_CROSS_PREFIX})
+set(CMAKE_C_COMPILER ${MOBIEDIT_CROSS_PREFIX}-gcc)
+set(CMAKE_CXX_COMPILER ${MOBIEDIT_CROSS_PREFIX}-g++)
+
+set(CMAKE_FIND_ROOT_PATH ${MOBIEDIT_SYSROOT})
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+
+if(NOT CMAKE_CROSSCOMPILING_EMULATOR)
+  find_program(MOBIEDIT_QEMU NAMES qemu-aarch64 qemu-aarch64-static)
+  if(MOBIEDIT_QEMU)
+    set(CMAKE_CROSSCOMPILING_EMULATOR ${MOBIEDIT_QEMU} -L ${MOBIEDIT_SYSROOT})
+  endif()
+endif()

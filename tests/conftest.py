@@ -1,0 +1,75 @@
+"""Shared fixtures: tiny random HF checkpoints of each family written with save_pretrained."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(1)
+
+
+def _tokenizer(tmp):
+    from mobiedit.factlm.train import train_tokenizer
+    from mobiedit.requests import bundled_path
+    import json
+
+    recs = json.loads(bundled_path("counterfact-edit-1k.json").read_text())[:200]
+    text = [r["prompt"] + " " + r["ground_truth"] for r in recs] + [r["target_new"] for r in recs]
+    return train_tokenizer(text, 512)
+
+
+def _save_tiny(kind: str, path) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tok = _tokenizer(path)
+    torch.manual_seed(0)  # noqa: model init draws from the global generator in HF; test-only
+    common = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                  pad_token_id=tok.pad_token_id)
+    if kind == "llama":
+        m = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=2, **common))
+    elif kind == "qwen2":
+        m = Qwen2ForCausalLM(Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=2, **common))
+    else:
+        m = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=256, **common))
+    m.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2", "gpt2"])
+def tiny_model_dir(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(f"tiny_{request.param}")
+    _save_tiny(request.param, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    """A private cache for the whole test session (fact LM, key statistics)."""
+    path = tmp_path_factory.mktemp("mobiedit_cache")
+    old = os.environ.get("MOBIEDIT_CACHE")
+    os.environ["MOBIEDIT_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("MOBIEDIT_CACHE", None)
+    else:
+        os.environ["MOBIEDIT_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def small_fact_lm(cache_dir):
+    """The 'small' fact LM preset, trained once per test session (about a minute)."""
+    from mobiedit.factlm import ensure_fact_lm
+
+    return ensure_fact_lm("small", progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_llama_only")
+    _save_tiny("llama", path)
+    return path

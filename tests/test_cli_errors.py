@@ -1,0 +1,51 @@
+"""Bad input ends in a one-line error naming the record and field; nothing is written."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "mobiedit.cli", "--quiet", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_malformed_request_file(tmp_path, tiny_llama_dir):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{\"prompt\": ")
+    out = tmp_path / "out"
+    r = _run("edit", "--model", str(tiny_llama_dir), "--requests", str(bad), "--method", "rome", "--layer", "0",
+             "--out", str(out))
+    assert r.returncode == 2, r.stderr
+    err = [line for line in r.stderr.splitlines() if line.startswith("mobiedit: error")]
+    assert len(err) == 1 and "bad.json" in err[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists() and not any(p.name.startswith(".out") for p in tmp_path.iterdir())
+
+
+def test_subject_missing_from_prompt(tmp_path, tiny_llama_dir):
+    recs = [{"case_id": 7, "prompt": "Paris is the capital of", "subject": "Berlin", "target_new": "Italy",
+             "ground_truth": "France", "rephrase_prompt": "Berlin is in", "locality_prompt": "Rome is in",
+             "locality_ground_truth": "Italy"}]
+    f = tmp_path / "reqs.json"
+    f.write_text(json.dumps(recs))
+    out = tmp_path / "out"
+    r = _run("edit", "--model", str(tiny_llama_dir), "--requests", str(f), "--method", "rome", "--layer", "0",
+             "--out", str(out))
+    assert r.returncode == 2
+    line = r.stderr.strip().splitlines()[-1]
+    assert "record 0" in line and "case_id 7" in line and "subject" in line and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_missing_model_folder(tmp_path):
+    r = _run("eval", "--model", str(tmp_path / "nope"), "--subject", "A", "--prompt", "{} is", "--target", "b")
+    assert r.returncode == 2 and "model folder does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_pickled_checkpoint_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not really a pickle")
+    r = _run("eval", "--model", str(tmp_path), "--subject", "A", "--prompt", "{} is", "--target", "b")
+    assert r.returncode == 2 and "safetensors" in r.stderr and "pytorch_model.bin" in r.stderr

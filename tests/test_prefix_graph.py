@@ -1,0 +1,47 @@
+"""Prefix-activation reuse is exact: PrefixGraph losses equal the full forward within 1e-5 (fp32)."""
+from __future__ import annotations
+
+import torch
+
+from mobiedit.forward.graph import FullGraph, PrefixGraph
+from mobiedit.forward.prefix import compute_prefix_state
+from mobiedit.models import load_model
+from mobiedit.requests import EditRequest
+from mobiedit.rome.config import ObjectiveConfig
+from mobiedit.rome.context import build_edit_inputs
+
+TEMPLATES = ["{}", "The man said that. {}", "Because of the rain in the city, {}"]
+
+
+def _request() -> EditRequest:
+    return EditRequest(case_id="t", prompt="{} professionally plays the sport", subject="David Robinson",
+                       target_new="baseball game", target_true="basketball")
+
+
+def test_prefix_graph_equals_full_forward(tiny_model_dir):
+    lm = load_model(tiny_model_dir)
+    cfg = ObjectiveConfig()
+    inputs = build_edit_inputs(lm.tokenizer, _request(), TEMPLATES, cfg)
+    for layer in (0, 1):
+        st = compute_prefix_state(lm.model, lm.family, layer, inputs)
+        g = torch.Generator().manual_seed(1)
+        d = st.h_suffix.shape[-1]
+        deltas = torch.randn(4, d, generator=g) * st.v_init.norm() * torch.tensor([0.0, 0.1, 1.0, 3.0]).view(4, 1)
+        lp, cp = PrefixGraph(lm.model, lm.family, st, cfg)(deltas)
+        lf, cf = FullGraph(lm.model, lm.family, layer, inputs, st, cfg)(deltas)
+        assert lp.shape == (4,) and cp.shape == (4, len(TEMPLATES))
+        assert torch.allclose(lp, lf, atol=1e-5, rtol=0), (lp, lf)
+        assert torch.equal(cp, cf)
+        # the delta matters: different deltas give different losses
+        assert (lp.max() - lp.min()) > 1e-4
+
+
+def test_prefix_state_shapes(tiny_model_dir):
+    lm = load_model(tiny_model_dir)
+    inputs = build_edit_inputs(lm.tokenizer, _request(), TEMPLATES, ObjectiveConfig())
+    st = compute_prefix_state(lm.model, lm.family, 0, inputs)
+    B, S, P = st.shape
+    assert B == len(TEMPLATES) + 1
+    assert st.mask.shape == (B, 1, S, P + S)
+    assert len(st.prefix_k) == lm.model.config.num_hidden_layers - 1 if hasattr(lm.model.config, "num_hidden_layers") else True
+    assert st.mask.any(-1).all()  # no query row without a visible key
