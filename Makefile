@@ -1,6 +1,6 @@
 # Two commands for a fresh machine:
 #   make demo   — builds/loads the cached fact LM, edits one fact, prints before/after
-#   make test   — native tests (sanitizers, aarch64 under qemu), then pytest
+#   make test   — native tests (sanitizers, aarch64 under qemu), Android JVM tests + offline APK, then pytest
 # Both create or refresh the local virtual environment .venv themselves.
 
 PY      ?= python3
@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export OMP_NUM_THREADS := 1
 
-.PHONY: demo test venv native-test pytest clean
+.PHONY: demo test venv native-test android-test pytest clean
 
 $(STAMP): pyproject.toml CMakeLists.txt $(shell find native -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -28,10 +28,13 @@ demo: $(STAMP)
 native-test:
 	bash native/ci.sh
 
+android-test:
+	bash android_demo/ci.sh
+
 pytest: $(STAMP)
 	$(VPY) -m pytest -q -p no:cacheprovider
 
-test: $(STAMP) native-test pytest
+test: $(STAMP) native-test android-test pytest
 
 clean:
 	rm -rf build $(VENV)

@@ -65,15 +65,62 @@ def model_dims(model: torch.nn.Module, family: Family, layer: int) -> ModelDims:
     d_out, d_in = weight.shape if family.weight_out_in else weight.shape[::-1]
     pos = get_module(model, POSITION_EMBED[family.name]).num_embeddings if family.name in POSITION_EMBED else None
     lm_head = get_module(model, family.lm_head)
-    return ModelDims(vocab_size=int(lm_head.weight.shape[0]), hidden_size=hidden, d_in=int(d_in), d_out=int(d_out),
+    return ModelDims(vocab_size=int(lm_head.out_features), hidden_size=hidden, d_in=int(d_in), d_out=int(d_out),
                      num_layers=n_layers(model, family), num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
                      max_positions=pos)
 
 
-def use_eager_attention(model: torch.nn.Module) -> None:
-    """Switch ``model`` to HF's eager attention (plain matmul/softmax; additive float masks)."""
-    if getattr(model.config, "_attn_implementation", None) != "eager":
-        model.set_attn_implementation("eager")
+#: name under which :func:`static_attention` is registered with transformers' AttentionInterface
+ATTENTION = "mobiedit_static"
+
+
+def static_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                     **_kwargs) -> tuple[torch.Tensor, None]:
+    """Attention with rank-4 tensors only and no K/V head repetition (NPU- and XNNPACK-friendly).
+
+    GQA folds the ``r = H / Hkv`` query heads sharing a K/V head into the query axis:
+    ``q [B, H, Q, hd] → [B, Hkv, r·Q, hd]``, so scores are one matmul against the unrepeated keys.
+    ``attention_mask`` is additive float ``[B, 1, r·Q, K]`` (pre-tiled, see :func:`tile_mask`) or
+    ``[B, 1, Q, K]`` / boolean (tiled here). Returns ``([B, Q, H, hd], None)`` like HF's functions.
+    """
+    B, H, Q, hd = query.shape
+    Hkv = key.shape[1]
+    r = H // Hkv
+    scale = hd ** -0.5 if scaling is None else scaling
+    Kn = key.shape[2]
+    q = query.reshape(B * Hkv, r * Q, hd)  # explicit rank-3 bmm: no broadcast expands in the graph
+    scores = torch.bmm(q, key.reshape(B * Hkv, Kn, hd).transpose(1, 2)).reshape(B, Hkv, r * Q, Kn) * scale
+    if attention_mask is not None:
+        mask = attention_mask if attention_mask.dtype != torch.bool else additive(attention_mask)
+        if mask.shape[-2] != r * Q:
+            mask = tile_mask(mask, r)
+        scores = scores + mask
+    probs = torch.softmax(scores.float(), dim=-1).to(value.dtype).reshape(B * Hkv, r * Q, Kn)
+    out = torch.bmm(probs, value.reshape(B * Hkv, Kn, hd)).reshape(B, H, Q, hd).transpose(1, 2).contiguous()
+    return out, None
+
+
+def tile_mask(mask: torch.Tensor, r: int) -> torch.Tensor:
+    """[B, 1, Q, K] → [B, 1, r·Q, K] (row j·Q + q is row q): the mask of :func:`static_attention`."""
+    return mask if r == 1 else torch.cat([mask] * r, dim=2)
+
+
+def use_static_attention(model: torch.nn.Module) -> None:
+    """Switch ``model``'s attention to :func:`static_attention` (registered once with transformers)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    if ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTENTION, static_attention)
+        AttentionMaskInterface.register(ATTENTION, eager_mask)  # HF's own forwards: additive masks
+    if getattr(model.config, "_attn_implementation", None) != ATTENTION:
+        model.set_attn_implementation(ATTENTION)
+
+
+def gqa_groups(dims: "ModelDims") -> int:
+    """Query heads per K/V head (the mask tiling factor)."""
+    return dims.num_heads // dims.num_kv_heads
 
 
 class RecordingKV:
@@ -92,10 +139,27 @@ class RecordingKV:
         return torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)
 
 
+#: attribute name of the :class:`RankOneSlots` module of every program (a float island)
+SLOTS = "slots"
+
+
+class RankOneSlots(torch.nn.Module):
+    """``y + Σ_s (w_s · x) u_s`` as batched matmuls of activations (delegable, rank 3).
+
+    A module of its own so the slot arithmetic has its own module path (``slots``, a float island)
+    and is never mistaken for part of the ``nn.Linear`` it is added to by export passes.
+    """
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, slot_u: torch.Tensor, slot_w: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(1, -1, x.shape[-1])
+        coef = torch.bmm(flat, slot_w.transpose(0, 1).unsqueeze(0))
+        return y + torch.bmm(coef, slot_u.unsqueeze(0)).reshape(y.shape)
+
+
 @contextlib.contextmanager
-def rank_one_slots(module: torch.nn.Module, slot_u: torch.Tensor, slot_w: torch.Tensor,
+def rank_one_slots(module: torch.nn.Module, slots: RankOneSlots, slot_u: torch.Tensor, slot_w: torch.Tensor,
                    seen: dict | None = None) -> Iterator[None]:
-    """Inside the block, ``module``'s output ``y = W x`` becomes ``y + Σ_s (w_s · x) u_s``.
+    """Inside the block, ``module``'s output ``y = W x`` becomes ``slots(x, y) = y + Σ_s (w_s · x) u_s``.
 
     ``slot_u`` [slots, d_out], ``slot_w`` [slots, d_in]; zero rows are empty slots. When ``seen``
     is given it receives ``"key"`` (the input x) and ``"value"`` (the slotted output) of the last
@@ -103,10 +167,9 @@ def rank_one_slots(module: torch.nn.Module, slot_u: torch.Tensor, slot_w: torch.
     """
 
     def hook(_mod, args, out):
-        x = args[0]
-        y = out + torch.matmul(torch.matmul(x, slot_w.transpose(0, 1)), slot_u)
+        y = slots(args[0], out, slot_u, slot_w)
         if seen is not None:
-            seen["key"], seen["value"] = x, y
+            seen["key"], seen["value"] = args[0], y
         return y
 
     handle = module.register_forward_hook(hook)

@@ -16,6 +16,9 @@ RUNTIMES = ("executorch", "onnxruntime")
 SCHEMES = {"fp32": RUNTIMES, "8da8w": ("executorch",), "8da4w": ("executorch",),
            "qdq_a16w8": ("onnxruntime",)}
 EXTENSIONS = {"executorch": "pte", "onnxruntime": "onnx"}
+#: edit-side (prefix + edit programs) schemes; "auto" picks the shipped one for the inference scheme
+EDIT_SCHEMES = ("auto", "fp32", "w8", "delta", "same")
+_AUTO_EDIT = {"fp32": "fp32", "8da8w": "delta", "8da4w": "w8", "qdq_a16w8": "qdq_a16w8"}
 
 
 def _int(section: str, name: str, value: object, lo: int, hi: int = 1 << 30) -> None:
@@ -56,9 +59,9 @@ class EditShapes:
 
     K: int = 17
     rows: int = 22
-    suffix: int = 8
-    prefix: int = 24
-    targets: int = 64
+    suffix: int = 16
+    prefix: int = 32
+    targets: int = 128
     kl: int = 1
 
     def __post_init__(self) -> None:
@@ -77,27 +80,45 @@ class EditShapes:
 class QuantizeConfig:
     """How the programs are quantized.
 
-    scheme: ``fp32``; ``8da8w`` / ``8da4w`` (ExecuTorch: torchao int8 dynamic per-token activations,
-    int8 per-channel / int4 per-group weights, lowered to XNNPACK); ``qdq_a16w8`` (ONNX Runtime:
-    static QDQ, uint16 activations, int8 per-channel weights, on ``qdq_ops`` only).
-    group_size: weight group of 8da4w. quantize_lm_head: also quantize the LM head (default False:
-    it is a float island). qdq_ops: ONNX op types that get QDQ nodes. calibration_batches: random
-    calibration samples per program for static QDQ.
+    scheme: the inference programs' (prefill / decode) scheme: ``fp32``; ``8da8w`` / ``8da4w``
+    (ExecuTorch: torchao int8 dynamic per-token activations, int8 per-channel / int4 per-group
+    weights, lowered to XNNPACK); ``qdq_a16w8`` (ONNX Runtime: static QDQ, uint16 activations,
+    int8 per-channel weights, on ``qdq_ops`` only; every program).
+    edit_scheme: the edit program's scheme (and the prefix program's, except for ``delta``).
+    Plain per-token int8 activations (``same``) round away the ZO perturbations (loss correlation
+    0.04–0.75 with fp32 on the fact LM). ``delta``: the inference model's own 8da weights, each
+    linear after the edit layer quantizing the *change* from a δ = 0 row group in two int8 passes
+    (:class:`~mobiedit.export.quantize.DeltaLinear`; 0.9999 with 8da8w), prefix on the inference
+    model — one weight copy. ``w8``: a second copy with int8 weights and float activations
+    (0.9999). ``auto`` = the shipped choice: fp32 → fp32, 8da8w → delta, 8da4w → w8 (int4 weights
+    bend the loss surface: delta reaches only 0.97–0.99), qdq_a16w8 → QDQ.
+    group_size: weight group of 8da4w. quantize_lm_head / quantize_embedding: also quantize the
+    inference programs' LM head (a float island by default) / token embedding (int8 rows).
+    qdq_ops: ONNX op types that get QDQ nodes; qdq_activation_matmuls: also QDQ MatMuls of two
+    activations (attention). calibration_batches: calibration feeds per program for static QDQ.
+    check_draws: ZO-like delta draws of the export-time correlation check (0 skips it).
     """
 
     scheme: str = "fp32"
+    edit_scheme: str = "auto"
     group_size: int = 32
     quantize_lm_head: bool = False
     quantize_embedding: bool = False
     qdq_ops: tuple[str, ...] = ("MatMul", "Gemm")
+    qdq_activation_matmuls: bool = True
     calibration_batches: int = 4
+    check_draws: int = 4
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ConfigError(f"unknown scheme {self.scheme!r}", where="ExportConfig.quant.scheme",
                               fix=f"use one of {sorted(SCHEMES)}")
+        if self.edit_scheme not in EDIT_SCHEMES:
+            raise ConfigError(f"unknown edit scheme {self.edit_scheme!r}", where="ExportConfig.quant.edit_scheme",
+                              fix=f"use one of {EDIT_SCHEMES}")
         _int("quant", "group_size", self.group_size, 1)
         _int("quant", "calibration_batches", self.calibration_batches, 1, 1000)
+        _int("quant", "check_draws", self.check_draws, 0, 4)
         if isinstance(self.qdq_ops, list):
             object.__setattr__(self, "qdq_ops", tuple(self.qdq_ops))
         if not self.qdq_ops or not all(isinstance(o, str) and o for o in self.qdq_ops):
@@ -107,6 +128,13 @@ class QuantizeConfig:
     @property
     def quantized(self) -> bool:
         return self.scheme != "fp32"
+
+    @property
+    def resolved_edit_scheme(self) -> str:
+        """The edit side's scheme with ``auto`` / ``same`` resolved."""
+        if self.edit_scheme == "auto":
+            return _AUTO_EDIT[self.scheme]
+        return self.scheme if self.edit_scheme == "same" else self.edit_scheme
 
 
 @dataclass(frozen=True)
@@ -136,6 +164,7 @@ class EditSetup:
 
     layer: edit layer (None: the model folder's ``factlm.json`` or an error). mom2: ship C⁻¹ of the
     layer's keys (False: identity, ROME's mom2_adjustment=False). ridge: relative ridge of C.
+    stats_limit: use at most this many texts of the statistics corpus (0 = all).
     """
 
     layer: int | None = None
@@ -144,10 +173,12 @@ class EditSetup:
     seed: int = 0
     mom2: bool = True
     ridge: float = 1e-4
+    stats_limit: int = 0
 
     def __post_init__(self) -> None:
         if self.layer is not None:
             _int("edit", "layer", self.layer, 0)
+        _int("edit", "stats_limit", self.stats_limit, 0)
         _int("edit", "seed", self.seed, 0, 2**63 - 1)
         if not (isinstance(self.ridge, (int, float)) and 0 <= self.ridge < 1):
             raise ConfigError(f"must be in [0, 1), got {self.ridge!r}", where="ExportConfig.edit.ridge",
@@ -170,6 +201,14 @@ class ExportConfig:
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(f"must be a {kind.__name__}, got {type(getattr(self, name)).__name__}",
                                   where=f"ExportConfig.{name}", fix=f"build it with {kind.__name__}(...)")
+        edit = self.quant.resolved_edit_scheme
+        if edit == "qdq_a16w8" and self.lower.runtime != "onnxruntime" or edit in ("8da8w", "8da4w") and \
+                self.lower.runtime != "executorch":
+            raise ConfigError(f"edit scheme {edit!r} cannot be lowered to {self.lower.runtime!r}",
+                              where="ExportConfig.quant.edit_scheme", fix="use 'auto'")
+        if self.edit_shapes.rows < self.edit_shapes.kl + 1:
+            raise ConfigError("no row left for rewrite prompts", where="ExportConfig.edit_shapes.rows",
+                              fix="rows = context templates + KL prompts")
         if self.lower.runtime not in SCHEMES[self.quant.scheme]:
             raise ConfigError(f"scheme {self.quant.scheme!r} cannot be lowered to {self.lower.runtime!r}",
                               where="ExportConfig.quant.scheme",

@@ -28,7 +28,8 @@ class CacheShape:
     chunk: int
 
     def empty(self) -> torch.Tensor:
-        return torch.zeros(self.num_layers, 2, self.num_kv_heads, self.max_seq_len, self.head_dim)
+        """[2L, Hkv, T, hd]: row 2i keys, 2i+1 values of layer i."""
+        return torch.zeros(2 * self.num_layers, self.num_kv_heads, self.max_seq_len, self.head_dim)
 
 
 def _scalar(v: int) -> torch.Tensor:
@@ -45,7 +46,7 @@ def prefill(program: Program, ids: list[int], cache: torch.Tensor, shape: CacheS
         tokens[0, :len(part)] = torch.tensor(part, dtype=torch.int64)
         out = program.run({"tokens": tokens, "start": _scalar(start), "logit_index": _scalar(len(part) - 1),
                            "kv_cache": cache, **slots})
-        cache[:, :, :, start:start + len(part)] = out["new_kv"][:, :, :, :len(part)]
+        cache[:, :, start:start + len(part)] = out["new_kv"][:, :, :len(part)]
         logits = out["logits"][0]
     return logits
 
@@ -72,7 +73,7 @@ def greedy_tokens(prefill_program: Program, decode_program: Program, prompt_ids:
             break
         step = decode_program.run({"tokens": torch.tensor([[tok]], dtype=torch.int64), "start": _scalar(pos),
                                    "logit_index": _scalar(0), "kv_cache": cache, **slots})
-        cache[:, :, :, pos] = step["new_kv"][:, :, :, 0]
+        cache[:, :, pos] = step["new_kv"][:, :, 0]
         logits = step["logits"][0]
         pos += 1
     return out

@@ -22,8 +22,8 @@ import torch
 
 from mobiedit.families import Family, get_module
 
-from .adapters import (RecordingKV, additive, blocks, embed, model_dims, rank_one_slots, rotary,
-                       run_blocks)
+from .adapters import (RankOneSlots, RecordingKV, additive, blocks, embed, gqa_groups, model_dims,
+                       rank_one_slots, rotary, run_blocks, tile_mask, use_static_attention)
 from .config import EditShapes, InferenceShapes
 
 I64, F32 = torch.int64, torch.float32
@@ -35,6 +35,7 @@ ROOT = "model"
 
 
 def _specs(model: torch.nn.Module, family: Family, layer: int) -> tuple:
+    use_static_attention(model)
     return model_dims(model, family, layer), family.rotary is not None
 
 
@@ -52,15 +53,17 @@ class StepModule(torch.nn.Module):
     """``chunk`` tokens against a static KV cache of ``max_seq_len`` positions (prefill / decode).
 
     Inputs: tokens [1, C] int64; start [1] int64 (position of tokens[0]); logit_index [1] int64
-    (chunk index whose logits are returned); kv_cache [L, 2, Hkv, T, hd]; slot_u; slot_w.
-    Outputs: logits [1, V]; new_kv [L, 2, Hkv, C, hd] (the chunk's K/V, to write at ``start``).
+    (chunk index whose logits are returned); kv_cache [2L, Hkv, T, hd] (row 2i: keys of layer i,
+    2i+1: values); slot_u; slot_w.
+    Outputs: logits [1, V]; new_kv [2L, Hkv, C, hd] (the chunk's K/V, to write at ``start``).
     """
 
     def __init__(self, model: torch.nn.Module, family: Family, layer: int, chunk: int, shapes: InferenceShapes):
         super().__init__()
         self.model, self.family, self.layer = model, family, layer
         self.dims, self.has_rope = _specs(model, family, layer)
-        self.chunk, self.T, self.slots = chunk, shapes.max_seq_len, shapes.slots
+        self.chunk, self.T, self.n_slots = chunk, shapes.max_seq_len, shapes.slots
+        self.slots = RankOneSlots()
         self._parts = _Parts(model, family, layer, first=0)
 
     @staticmethod
@@ -70,8 +73,8 @@ class StepModule(torch.nn.Module):
     def example_inputs(self) -> tuple[torch.Tensor, ...]:
         d = self.dims
         return (torch.zeros(1, self.chunk, dtype=I64), torch.zeros(1, dtype=I64), torch.zeros(1, dtype=I64),
-                torch.zeros(d.num_layers, 2, d.num_kv_heads, self.T, d.head_dim),
-                torch.zeros(self.slots, d.d_out), torch.zeros(self.slots, d.d_in))
+                torch.zeros(2 * d.num_layers, d.num_kv_heads, self.T, d.head_dim),
+                torch.zeros(self.n_slots, d.d_out), torch.zeros(self.n_slots, d.d_in))
 
     def forward(self, tokens, start, logit_index, kv_cache, slot_u, slot_w):
         C, T = self.chunk, self.T
@@ -81,15 +84,15 @@ class StepModule(torch.nn.Module):
         past_visible = torch.arange(T, dtype=I64).view(1, T) < start.view(1, 1)             # [1, T]
         causal = torch.ones(C, C, dtype=torch.bool).tril()                                 # [C, C]
         mask = torch.cat([past_visible.expand(C, T), causal], dim=1).view(1, 1, C, T + C)
-        cache = RecordingKV({i: (kv_cache[i, 0].unsqueeze(0), kv_cache[i, 1].unsqueeze(0))
+        mask = tile_mask(additive(mask), gqa_groups(self.dims))
+        cache = RecordingKV({i: (kv_cache[2 * i].unsqueeze(0), kv_cache[2 * i + 1].unsqueeze(0))
                              for i in range(self.dims.num_layers)})
         p = self._parts
-        with rank_one_slots(p.mlp_out, slot_u, slot_w):
-            x = run_blocks(p.blocks, x, additive(mask), pe, cache)
+        with rank_one_slots(p.mlp_out, self.slots, slot_u, slot_w):
+            x = run_blocks(p.blocks, x, mask, pe, cache)
         h = x[0].index_select(0, logit_index)                                               # [1, d]
         logits = p.head(p.norm(h))
-        new_kv = torch.stack([torch.stack([cache.new[i][0][0], cache.new[i][1][0]])
-                              for i in range(self.dims.num_layers)])
+        new_kv = torch.cat([t for i in range(self.dims.num_layers) for t in cache.new[i]], dim=0)
         return logits, new_kv
 
 
@@ -99,8 +102,8 @@ class PrefixModule(torch.nn.Module):
     Inputs: input_ids [B, N] (right-padded, N = prefix + suffix); suffix_pos [B, S] (s_b + j,
     clamped to the row); subject_pos [B]; kl_index [R_kl] (flat b*N + last_b of each KL row);
     slot_u; slot_w.
-    Outputs: h_suffix [B, S, d] (output of layer l at suffix_pos); prefix_kv [L-l-1, 2, B, Hkv, P, hd]
-    (K/V of layers > l at positions < P); cos, sin [B, S, hd] (rotary families only); kl_ref
+    Outputs: h_suffix [B, S, d] (output of layer l at suffix_pos); prefix_kv [2(L-l-1)·B, Hkv, P, hd]
+    (K/V of layers > l at positions < P; rows (2n+j)·B + b: layer l+1+n, j = 0 keys / 1 values); cos, sin [B, S, hd] (rotary families only); kl_ref
     [R_kl, V] (log-probs at kl_index); keys [B, d_in] / values [B, d_out] (edit layer ``mlp_out``
     input / slotted output at subject_pos).
     """
@@ -109,7 +112,8 @@ class PrefixModule(torch.nn.Module):
         super().__init__()
         self.model, self.family, self.layer = model, family, layer
         self.dims, self.has_rope = _specs(model, family, layer)
-        self.shapes, self.slots = shapes, slots
+        self.shapes, self.n_slots = shapes, slots
+        self.slots = RankOneSlots()
         self._parts = _Parts(model, family, layer, first=0)
 
     def io(self) -> tuple[list[str], list[str]]:
@@ -120,7 +124,7 @@ class PrefixModule(torch.nn.Module):
         s, d = self.shapes, self.dims
         return (torch.zeros(s.rows, s.tokens, dtype=I64), torch.zeros(s.rows, s.suffix, dtype=I64),
                 torch.zeros(s.rows, dtype=I64), torch.zeros(s.kl, dtype=I64),
-                torch.zeros(self.slots, d.d_out), torch.zeros(self.slots, d.d_in))
+                torch.zeros(self.n_slots, d.d_out), torch.zeros(self.n_slots, d.d_in))
 
     def forward(self, input_ids, suffix_pos, subject_pos, kl_index, slot_u, slot_w):
         B, N = input_ids.shape
@@ -128,12 +132,12 @@ class PrefixModule(torch.nn.Module):
         pos = torch.arange(N, dtype=I64).view(1, N).expand(B, N)
         x = embed(self.model, self.family, input_ids, pos)
         pe = rotary(self.model, self.family, x, pos)
-        mask = additive(torch.ones(N, N, dtype=torch.bool).tril().view(1, 1, N, N))
+        mask = tile_mask(additive(torch.ones(N, N, dtype=torch.bool).tril().view(1, 1, N, N)), gqa_groups(self.dims))
         cache = RecordingKV()
         seen: dict = {}
         p = self._parts
         low, high = p.blocks[: self.layer + 1], p.blocks[self.layer + 1:]
-        with rank_one_slots(p.mlp_out, slot_u, slot_w, seen):
+        with rank_one_slots(p.mlp_out, self.slots, slot_u, slot_w, seen):
             x = run_blocks(low, x, mask, pe, cache)
         rows = torch.arange(B, dtype=I64)
         h_suffix = x[rows.view(B, 1), suffix_pos]                                           # [B, S, d]
@@ -141,7 +145,7 @@ class PrefixModule(torch.nn.Module):
         values = seen["value"][rows, subject_pos]
         x = run_blocks(high, x, mask, pe, cache)
         hi = range(self.layer + 1, self.dims.num_layers)
-        prefix_kv = torch.stack([torch.stack([cache.new[i][0][:, :, :P], cache.new[i][1][:, :, :P]]) for i in hi])
+        prefix_kv = torch.cat([t[:, :, :P] for i in hi for t in cache.new[i]], dim=0)
         h_kl = x.reshape(B * N, -1).index_select(0, kl_index)
         kl_ref = torch.log_softmax(p.head(p.norm(h_kl)).float(), dim=-1)
         outs = [h_suffix, prefix_kv]
@@ -154,20 +158,24 @@ class PrefixModule(torch.nn.Module):
 class EditModule(torch.nn.Module):
     """K value deltas → (losses [K], correct [K, B]) over a padded per-edit state (all inputs).
 
-    Inputs: deltas [K, d]; h_suffix [B, S, d]; prefix_kv [L-l-1, 2, B, Hkv, P, hd]; mask
+    Inputs: deltas [K, d]; h_suffix [B, S, d]; prefix_kv [2(L-l-1)·B, Hkv, P, hd]; mask
     [B, 1, S, P+S] bool; cos, sin [B, S, hd] (rotary families); target_index [R_t] (flat b*S + j);
     target_label [R_t]; target_weight [R_t] (1/(target_len·n_rewrite), 0 = padding); target_rows
     [R_t, B] (1/target_len at the read-out's row); kl_index [R_kl]; kl_ref [R_kl, V]; kl_weight
     [R_kl] (kl_factor/n_kl, 0 = padding); wd_scale [1] (weight_decay/‖v_init‖²).
     loss_k = Σ_r w_r·NLL_r + Σ_r kw_r·KL_r + wd_scale·‖δ_k‖ — the objective of
     :mod:`mobiedit.rome.objective`; ``correct`` = share of each row's targets that are the argmax.
+
+    ``base_row``: also run δ = 0 as row group 0 (rows ``0..B-1``; its losses are dropped), which
+    :class:`~mobiedit.export.quantize.DeltaLinear` needs to quantize only the deltas' effect.
     """
 
-    def __init__(self, model: torch.nn.Module, family: Family, layer: int, shapes: EditShapes):
+    def __init__(self, model: torch.nn.Module, family: Family, layer: int, shapes: EditShapes,
+                 base_row: bool = False):
         super().__init__()
         self.model, self.family, self.layer = model, family, layer
         self.dims, self.has_rope = _specs(model, family, layer)
-        self.shapes = shapes
+        self.shapes, self.base_row = shapes, base_row
         self._parts = _Parts(model, family, layer, first=layer + 1)
 
     def io(self) -> tuple[list[str], list[str]]:
@@ -183,7 +191,7 @@ class EditModule(torch.nn.Module):
         mask[..., 0] = True
         rope = (torch.ones(B, S, d.head_dim), torch.zeros(B, S, d.head_dim)) if self.has_rope else ()
         return (torch.zeros(s.K, d.hidden_size), torch.zeros(B, S, d.hidden_size),
-                torch.zeros(d.num_layers - self.layer - 1, 2, B, d.num_kv_heads, P, d.head_dim), mask, *rope,
+                torch.zeros(2 * (d.num_layers - self.layer - 1) * B, d.num_kv_heads, P, d.head_dim), mask, *rope,
                 torch.zeros(s.targets, dtype=I64), torch.zeros(s.targets, dtype=I64), torch.zeros(s.targets),
                 torch.zeros(s.targets, B), torch.zeros(s.kl, dtype=I64),
                 torch.full((s.kl, d.vocab_size), -float(torch.log(torch.tensor(float(d.vocab_size))))),
@@ -193,25 +201,25 @@ class EditModule(torch.nn.Module):
         if self.has_rope:
             cos, sin, *rest = rest
         t_idx, t_label, t_weight, t_rows, kl_idx, kl_ref, kl_weight, wd_scale = rest
+        user_deltas = deltas
+        if self.base_row:
+            deltas = torch.cat([torch.zeros_like(deltas[:1]), deltas], dim=0)
         K = deltas.shape[0]
         B, S, d = h_suffix.shape
-        first = (h_suffix[:, 0].unsqueeze(0) + deltas.unsqueeze(1)).unsqueeze(2)              # [K, B, 1, d]
-        x = torch.cat([first, h_suffix[:, 1:].unsqueeze(0).expand(K, B, S - 1, d)], dim=2).reshape(K * B, S, d)
-        m = additive(mask).unsqueeze(0).expand(K, *mask.shape).reshape(K * B, 1, S, mask.shape[-1])
-        pe = None
-        if self.has_rope:
-            hd = cos.shape[-1]
-            pe = (cos.unsqueeze(0).expand(K, B, S, hd).reshape(K * B, S, hd),
-                  sin.unsqueeze(0).expand(K, B, S, hd).reshape(K * B, S, hd))
-        Lr, _, _, H, P, hd = prefix_kv.shape
 
-        def rep(t: torch.Tensor) -> torch.Tensor:  # [B, H, P, hd] -> [K*B, H, P, hd], rank <= 5
-            return t.unsqueeze(0).expand(K, B, H, P, hd).reshape(K * B, H, P, hd)
+        def rep(t: torch.Tensor) -> torch.Tensor:  # [B, ...] -> [K*B, ...] (row k*B + b), rank kept
+            return torch.cat([t] * K, dim=0)
 
-        cache = RecordingKV({self.layer + 1 + n: (rep(prefix_kv[n, 0]), rep(prefix_kv[n, 1])) for n in range(Lr)})
+        first = (h_suffix[:, :1].unsqueeze(0) + deltas.view(K, 1, 1, d)).reshape(K * B, 1, d)       # row k*B + b
+        x = torch.cat([first, rep(h_suffix[:, 1:])], dim=1)                                      # [K*B, S, d]
+        m = rep(tile_mask(additive(mask), gqa_groups(self.dims)))
+        pe = (rep(cos), rep(sin)) if self.has_rope else None
+        Lr = prefix_kv.shape[0] // (2 * B)
+        cache = RecordingKV({self.layer + 1 + n: (rep(prefix_kv[2 * n * B:(2 * n + 1) * B]),
+                                                  rep(prefix_kv[(2 * n + 1) * B:(2 * n + 2) * B])) for n in range(Lr)})
         p = self._parts
         x = run_blocks(p.blocks, x, m, pe, cache)
-        flat = x.reshape(K, B * S, d)
+        flat = x.reshape(K, B * S, d)                                                        # row k: edit k
         R_t = t_idx.shape[0]
         h = flat.index_select(1, torch.cat([t_idx, kl_idx]))
         logits = p.head(p.norm(h)).float()                                                   # [K, R, V]
@@ -222,5 +230,7 @@ class EditModule(torch.nn.Module):
         correct = (hit.unsqueeze(-1) * t_rows.unsqueeze(0)).sum(1)                           # [K, B]
         new = logp[:, R_t:]
         kl = ((kl_ref.exp() * (kl_ref - new)).sum(-1) * kl_weight.view(1, -1)).sum(-1)
-        wd = wd_scale * deltas.pow(2).sum(-1).sqrt()
+        if self.base_row:
+            nll, kl, correct = nll[1:], kl[1:], correct[1:]
+        wd = wd_scale * user_deltas.pow(2).sum(-1).sqrt()
         return nll + kl + wd, correct

@@ -39,6 +39,42 @@ def export_graph(module: torch.nn.Module, args: tuple[torch.Tensor, ...], name: 
     return ep
 
 
+def xnnpack_friendly(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Rewrite ops XNNPACK would leave to portable kernels (splitting the graph into
+    many delegate calls) into equivalent delegable ones: a last-dim ``mean`` of a rank-2/3 tensor
+    (RMSNorm / LayerNorm statistics) becomes a mean over dims (2, 3) of a ``[.., d, 1]`` view —
+    XNNPACK's global average pooling. In place on the captured graph (no re-trace, so torchao's
+    quantization ops and ``linear`` stay intact for the partitioner). Returns ``ep``."""
+    aten = torch.ops.aten
+    g = ep.graph_module.graph
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target is not aten.mean.dim:
+            continue
+        x, dims = n.args[0], n.args[1]
+        keepdim = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+        val = x.meta.get("val")
+        dims = [dims] if isinstance(dims, int) else list(dims or [])
+        if val is None or val.dim() not in (2, 3) or n.kwargs.get("dtype") is not None or \
+                [d % val.dim() for d in dims] != [val.dim() - 1]:
+            continue
+        shape = list(val.shape)
+        shape4 = [1, shape[0], shape[1], 1] if val.dim() == 2 else shape + [1]
+        out_shape = shape[:-1] + ([1] if keepdim else [])
+        with g.inserting_before(n):
+            v4 = g.call_function(aten.view.default, (x, shape4))
+            m = g.call_function(aten.mean.dim, (v4, [2, 3], True))
+            out = g.call_function(aten.view.default, (m, out_shape))
+        for new in (v4, m, out):
+            new.meta = {k: v for k, v in n.meta.items() if k in ("nn_module_stack", "stack_trace", "source_fn_stack")}
+        v4.meta["val"] = val.reshape(shape4)
+        m.meta["val"] = v4.meta["val"].mean(dim=[2, 3], keepdim=True)
+        out.meta["val"] = m.meta["val"].reshape(out_shape)
+        n.replace_all_uses_with(out)
+        g.erase_node(n)
+    ep.graph_module.recompile()
+    return ep
+
+
 def to_pte(programs: dict[str, torch.export.ExportedProgram], path: Path) -> int:
     """Lower ``programs`` (method name → program) to one ``.pte`` at ``path`` with the XNNPACK
     partitioner. Returns the file size in bytes."""
@@ -47,6 +83,7 @@ def to_pte(programs: dict[str, torch.export.ExportedProgram], path: Path) -> int
 
     t0 = time.perf_counter()
     try:
+        programs = {name: xnnpack_friendly(ep) for name, ep in programs.items()}
         edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()],
                                            compile_config=EdgeCompileConfig(_check_ir_validity=False))
         buf = edge.to_executorch().buffer

@@ -114,12 +114,13 @@ def feed_from_state(state: PrefixState, packed: PackedEdit, shapes: EditShapes) 
     d = state.h_suffix.shape[-1]
     h = torch.zeros(Bp, Sp, d)
     h[:B, :S] = state.h_suffix
-    kv = []
+    kv = []  # rows (2n + j)·Bp + b
     for k, v in zip(state.prefix_k, state.prefix_v):
-        pad = torch.zeros(2, Bp, k.shape[1], Pp, k.shape[3])
-        pad[0, :B, :, :P], pad[1, :B, :, :P] = k, v
-        kv.append(pad)
-    out = {"h_suffix": h, "prefix_kv": torch.stack(kv), "values": state.v_init.view(1, -1)}
+        for t in (k, v):
+            pad = torch.zeros(Bp, t.shape[1], Pp, t.shape[3])
+            pad[:B, :, :P] = t
+            kv.append(pad)
+    out = {"h_suffix": h, "prefix_kv": torch.cat(kv), "values": state.v_init.view(1, -1)}
     if state.cos is not None:
         cos = torch.ones(Bp, Sp, state.cos.shape[-1])
         sin = torch.zeros(Bp, Sp, state.sin.shape[-1])

@@ -2,13 +2,22 @@
 
 Invariant: after any crash (even SIGKILL) at any point, the destination path holds either its
 previous complete content or the new complete content — never a torn mix.
+
+Temporary names are ``.<dest name>.tmp-<host>-<pid>-<random>[suffix].tmp`` beside ``dest``. A
+crash leaves such a file or folder behind; the next write into the same folder removes those
+whose writer (same host, pid no longer running) is gone, so crashes do not accumulate copies.
+The result gets ``dest``'s previous permission bits, or the umask default for a new path (not the
+0600 / 0700 of ``mkstemp`` / ``mkdtemp``).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import re
 import shutil
+import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +32,75 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(dest: Path, default: int) -> int:
+    """Permission bits for the new ``dest``: the old one's, else ``default`` minus the umask."""
+    try:
+        return stat.S_IMODE(dest.stat().st_mode)
+    except OSError:
+        return default & ~_umask()
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+
+
+def _tmp_prefix(dest: Path) -> str:
+    return f".{dest.name}.tmp-{_host()}-{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists but belongs to someone else, or cannot tell
+        return True
+    return True
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files / folders in ``folder`` left by crashed writers on this host.
+
+    Only names of the form ``.<name>.tmp-<this host>-<pid>-<random>...tmp`` whose ``pid`` is not
+    running are removed; a live writer's temporary is never touched. Returns what was removed.
+    """
+    folder = Path(folder)
+    pat = re.compile(r"\..+\.tmp-" + re.escape(_host()) + r"-(\d+)-[a-z0-9_]{8}.*\.tmp")
+    removed: list[Path] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = pat.fullmatch(name)
+        if m is None or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        path = folder / name
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; on clean exit fsync it and rename it over ``dest``.
@@ -32,13 +110,15 @@ def atomic_path(dest: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix + ".tmp", dir=dest.parent)
+    remove_stale_temps(dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(dest), suffix=suffix + ".tmp", dir=dest.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp_path, _mode_for(dest, 0o666))
         os.replace(tmp_path, dest)
         fsync_dir(dest.parent)
     except BaseException:
@@ -103,9 +183,11 @@ def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     recover_dir(dest)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    remove_stale_temps(dest.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(dest), suffix=".tmp", dir=dest.parent))
     try:
         yield tmp
+        os.chmod(tmp, _mode_for(dest, 0o777))
         for root, _dirs, files in os.walk(tmp):
             for name in files:
                 with open(os.path.join(root, name), "rb") as fh:

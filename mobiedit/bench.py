@@ -98,7 +98,7 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
 
 def run_row(name: str, model_dir: Path, req_file: Path, n: int, layer: int, seed: int, workdir: Path) -> dict:
     """Run ``name`` in a fresh spawned process; return its result dict."""
-    out = workdir / f"row-{name}.json"
+    out = workdir / f"row-{name}-L{layer}.json"
     ctx = mp.get_context("spawn")
     p = ctx.Process(target=_child, args=(name, str(model_dir), str(req_file), n, layer, seed, str(out)))
     p.start()
@@ -163,11 +163,16 @@ def cmd_bench(args) -> int:
     req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    layers = [int(x) for x in args.layers.split(",")] if args.layers else [layer]
     results = []
-    for name in args.rows.split(","):
-        log.warning("bench row %s (%d requests)...", name, args.n)
-        results.append(run_row(name.strip(), model_dir, req_file, args.n, layer, args.seed, out))
-        print(format_rows(results[-1:]).splitlines()[-1], flush=True)
+    for lay in layers:
+        for name in args.rows.split(","):
+            log.warning("bench row %s at layer %d (%d requests)...", name, lay, args.n)
+            res = run_row(name.strip(), model_dir, req_file, args.n, lay, args.seed, out)
+            if len(layers) > 1:
+                res["row"] = f"{res['row']}@L{lay}"
+            results.append(res)
+            print(format_rows(results[-1:]).splitlines()[-1], flush=True)
     atomic_write_text(out / "bench.json", json.dumps({"model": str(model_dir), "layer": layer, "n": args.n,
                                                       "rows": results}, indent=1))
     plot(results, out / "bench.png")
@@ -184,5 +189,6 @@ def register(sub) -> None:
     sp.add_argument("--n", type=int, default=200, help="requests per row")
     sp.add_argument("--rows", default="rome", help=f"comma-separated rows from {sorted(ROWS)}")
     sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--layers", help="comma-separated layers: run every row at each (a layer sweep)")
     sp.add_argument("--out", default="runs/bench")
     sp.set_defaults(fn=cmd_bench)

@@ -201,9 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_eval)
 
     from .bench import register as bench_register
+    from .bench_shape import register as shape_register
     from .demo import register as demo_register
 
-    bench_register(sub); demo_register(sub)
+    bench_register(sub); shape_register(sub); demo_register(sub)
     try:
         from .export.cli import register as export_register
     except ImportError:  # the export extra is not installed

@@ -47,7 +47,7 @@ from safetensors import safe_open
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from .atomic import atomic_dir, atomic_write_bytes, atomic_write_text
+from .atomic import atomic_dir, atomic_write_bytes, atomic_write_text, recover_dir, remove_stale_temps
 from .errors import JournalError, NumericalError
 from .families import FAMILIES, Family
 from .requests import EditRequest
@@ -100,6 +100,12 @@ class JournalEntry:
 
 _OPTIONAL = {"metrics", "config"}
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_MODULE = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+
+
+def _one_line(err: BaseException) -> str:
+    """A library error's text on one line (messages of the project's errors are single-line)."""
+    return " ".join(str(err).split())[:300]
 
 
 def _entry_from_json(obj: Any, where: str) -> JournalEntry:
@@ -128,6 +134,8 @@ def _entry_from_json(obj: Any, where: str) -> JournalEntry:
                f"must be {factors_name(obj['id'])!r} (no other paths are allowed)"),
               ("sha256", bool(_HEX64.fullmatch(obj["sha256"])), "must be 64 lowercase hex digits"),
               ("base_sha256", bool(_HEX64.fullmatch(obj["base_sha256"])), "must be 64 hex digits"),
+              ("module", bool(_MODULE.fullmatch(obj["module"])),
+               "must be a dotted module path such as model.layers.1.mlp.down_proj"),
               (extra[0] if extra else "", not extra, "unknown field; written by a newer mobiedit?")]
     for name, ok, fix in checks:
         if not ok:
@@ -149,7 +157,8 @@ def apply_factors(weight: torch.Tensor, u: torch.Tensor, w: torch.Tensor,
     """``weight + u w^T`` (``[out, in]``) or ``weight + w u^T`` (``[in, out]``), as a new tensor.
 
     Computed in float32 (factors cast to float32) and cast back to ``weight.dtype``; elementwise
-    ops only, so the same inputs always give the same bits.
+    ops only, so the same inputs always give the same bits. Raises JournalError if the factors do
+    not fit the weight and NumericalError if a finite weight would become non-finite (overflow).
     """
     u32 = u.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
     w32 = w.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
@@ -159,7 +168,11 @@ def apply_factors(weight: torch.Tensor, u: torch.Tensor, w: torch.Tensor,
         raise JournalError(f"factors u[{u32.numel()}], w[{w32.numel()}] do not fit a {layout} weight "
                            f"of shape {list(weight.shape)}", where="apply_factors",
                            fix="u has the module's output size, w its input size")
-    return (weight.detach().to(torch.float32) + delta).to(weight.dtype)
+    out = (weight.detach().to(torch.float32) + delta).to(weight.dtype)
+    if not torch.isfinite(out).all() and torch.isfinite(weight).all():
+        raise NumericalError("the update makes the weight non-finite (overflow)", where="apply_factors",
+                             fix=f"the factors are too large for a {weight.dtype} weight; nothing was changed")
+    return out
 
 
 def _json_ready(value: Any, field: str) -> Any:
@@ -191,6 +204,9 @@ def _record_args(request: EditRequest | dict, method: str, family: Family | str,
     if not isinstance(base_weight, torch.Tensor) or base_weight.dim() != 2:
         raise JournalError("must be a 2-D tensor", where="record(), argument 'base_weight'",
                            fix="pass the module's weight before this edit")
+    if base_weight.is_floating_point() and not torch.isfinite(base_weight).all():
+        raise NumericalError("contains NaN/Inf", where="record(), argument 'base_weight'",
+                             fix="the model's weight is already non-finite; reload the original model")
     d_out, d_in = base_weight.shape if fam.weight_out_in else base_weight.shape[::-1]
     factors: dict[str, torch.Tensor] = {}
     for key, t, size in (("u", u, d_out), ("w", w, d_in)):
@@ -229,6 +245,10 @@ class Journal:
         sha256 of every factors file. Raises JournalError naming the line / edit and field."""
         folder = Path(folder)
         path = folder / JOURNAL_FILE
+        if not folder.exists():
+            recover_dir(folder)  # a crash inside atomic_dir's non-atomic fallback left it aside
+        if folder.is_dir():
+            remove_stale_temps(folder)  # temporaries of writers killed mid-write (never read)
         if not path.exists():
             if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
                 raise JournalError(f"no {JOURNAL_FILE} in a non-empty folder", where=str(folder),
@@ -238,7 +258,7 @@ class Journal:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise JournalError(f"cannot read ({e})", where=str(path), fix="check permissions") from None
+            raise JournalError(f"cannot read ({_one_line(e)})", where=str(path), fix="check permissions") from None
         journal = cls(folder, cls._parse(text, path))
         for entry in journal._entries:
             journal._factors_bytes(entry)
@@ -255,7 +275,7 @@ class Journal:
         for n, line in enumerate(lines[:-1], 1):
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # JSONDecodeError, too many digits, too deep
                 raise JournalError(f"malformed JSON ({e})", where=f"{path}, line {n}",
                                    fix=RESTORE) from None
             entry = _entry_from_json(obj, f"{path}, line {n}")
@@ -289,7 +309,7 @@ class Journal:
         try:
             data = path.read_bytes()
         except OSError as e:
-            raise JournalError(f"factors file unreadable ({e.strerror or e})",
+            raise JournalError(f"factors file unreadable ({_one_line(e.strerror or e)})",
                                where=f"{where}, field 'factors'", fix=RESTORE) from None
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise JournalError(f"sha256 of {entry.factors} does not match the journal (tampered or corrupt)",
@@ -302,7 +322,7 @@ class Journal:
         try:
             tensors = st_load(self._factors_bytes(entry))
         except Exception as e:  # safetensors raises its own error types for malformed headers
-            raise JournalError(f"factors file is not valid safetensors ({e})",
+            raise JournalError(f"factors file is not valid safetensors ({_one_line(e)})",
                                where=f"{where}, field 'factors'", fix=RESTORE) from None
         for key, size in (("u", entry.d_out), ("w", entry.d_in)):
             t = tensors.get(key)
@@ -310,6 +330,9 @@ class Journal:
                 got = None if t is None else f"{t.dtype}{list(t.shape)}"
                 raise JournalError(f"factor '{key}' is {got}, expected float32[{size}]",
                                    where=f"{where}, field '{key}'", fix=RESTORE)
+            if not torch.isfinite(t).all():
+                raise JournalError(f"factor '{key}' contains NaN/Inf", where=f"{where}, field '{key}'",
+                                   fix=RESTORE)
         return tensors["u"], tensors["w"]
 
     def base_weight(self, module: str) -> torch.Tensor:
@@ -323,11 +346,14 @@ class Journal:
             with safe_open(str(path), framework="pt") as fh:
                 base = fh.get_tensor(module)
         except Exception as e:  # missing file / key or malformed header
-            raise JournalError(f"cannot read base weight of {module!r} ({e})", where=str(path),
+            raise JournalError(f"cannot read base weight of {module!r} ({_one_line(e)})", where=str(path),
                                fix=RESTORE) from None
         if tensor_sha256(base) != rows[0].base_sha256:
             raise JournalError(f"base weight of {module!r} does not match the journal",
                                where=f"{path}, edit {rows[0].id}, field 'base_sha256'", fix=RESTORE)
+        if base.is_floating_point() and not torch.isfinite(base).all():
+            raise JournalError(f"base weight of {module!r} contains NaN/Inf", where=f"{path}, key {module!r}",
+                               fix=RESTORE)
         return base
 
     def rebuild(self, module: str, skip: int | None = None) -> torch.Tensor:
@@ -336,7 +362,11 @@ class Journal:
         for e in self._entries:
             if e.module == module and e.active and e.id != skip:
                 u, w = self.load_factors(e)
-                weight = apply_factors(weight, u, w, e.weight_out_in)
+                try:
+                    weight = apply_factors(weight, u, w, e.weight_out_in)
+                except (JournalError, NumericalError) as err:  # shape / overflow: corrupt journal
+                    raise JournalError(err.message, where=f"{self.folder / JOURNAL_FILE}, edit {e.id}, "
+                                       "field 'factors'", fix=RESTORE) from None
         return weight
 
     # ------------------------------------------------------------------ writing
@@ -354,7 +384,7 @@ class Journal:
                 with safe_open(str(path), framework="pt") as fh:
                     tensors = {k: fh.get_tensor(k) for k in fh.keys()}
             except Exception as e:  # malformed header / unreadable
-                raise JournalError(f"cannot read ({e})", where=str(path), fix=RESTORE) from None
+                raise JournalError(f"cannot read ({_one_line(e)})", where=str(path), fix=RESTORE) from None
         tensors[module] = base.detach().cpu().contiguous().clone()
         atomic_write_bytes(path, st_save(tensors, metadata={"format": "mobiedit-journal-base"}))
 
@@ -369,6 +399,7 @@ class Journal:
         """
         fam, d_out, d_in, factors, extras = _record_args(request, method, family, layer, module_name, u, w,
                                                          base_weight, metrics, config)
+        apply_factors(base_weight, factors["u"], factors["w"], fam.weight_out_in)  # NumericalError on overflow
         prior = [e for e in self._entries if e.module == module_name]
         if prior:
             p = prior[0]

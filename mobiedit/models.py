@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .atomic import recover_dir
 from .errors import ModelLoadError
 from .families import Family, family_for
 
@@ -39,10 +40,18 @@ def read_config(path: str | os.PathLike) -> dict:
         raise ModelLoadError("no config.json", where=str(path),
                              fix="pass a Hugging Face model folder (config.json, model.safetensors, tokenizer files)")
     try:
-        return json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise ModelLoadError(f"config.json is not valid JSON ({e})", where=str(cfg_path),
-                             fix="restore the file from the original checkpoint") from None
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError
+        raise ModelLoadError(f"config.json is not readable JSON ({type(e).__name__}: {_one_line(e)})",
+                             where=str(cfg_path), fix="restore the file from the original checkpoint") from None
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"config.json holds a JSON {type(cfg).__name__}, not an object", where=str(cfg_path),
+                             fix="restore the file from the original checkpoint")
+    return cfg
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]
 
 
 def _check_safe_weights(path: Path) -> None:
@@ -67,6 +76,8 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
+    if not path.exists():
+        recover_dir(path)  # a crash inside atomic_dir's non-atomic fallback left the folder aside
     if not path.is_dir():
         raise ModelLoadError("model folder does not exist", where=str(path),
                              fix="pass a local folder; hub downloads are disabled")
@@ -74,12 +85,23 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     family = family_for(str(cfg.get("model_type", "")))
     _check_safe_weights(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, local_files_only=True, use_safetensors=True)
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot load: {str(e).splitlines()[0]}", where=str(path),
-                             fix="check that the folder is a complete HF checkpoint") from None
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+            output_loading_info=True)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - any library failure on these files means "cannot load"
+        raise ModelLoadError(f"cannot load ({type(e).__name__}: {_one_line(e)})", where=str(path),
+                             fix="check that the folder is a complete, uncorrupted HF checkpoint") from None
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(kind) or ())
+        if keys:  # HF would silently run randomly initialised / dropped weights
+            raise ModelLoadError(f"weights do not match config.json: {len(keys)} {kind.replace('_', ' ')} "
+                                 f"(e.g. {keys[:3]})", where=str(path),
+                                 fix="use the config.json that belongs to these weights (incomplete or mixed checkpoint?)")
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and not torch.isfinite(param).all():
+            raise ModelLoadError(f"parameter {name!r} contains NaN/Inf", where=str(path),
+                                 fix="restore the checkpoint; a model with non-finite weights cannot be edited")
     model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)

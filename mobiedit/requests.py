@@ -91,7 +91,7 @@ class EditRequest:
         """Rebuild from :meth:`to_dict` output; a missing or unknown key raises RequestError."""
         names = {f.name for f in fields(cls)}
         if not isinstance(data, dict) or set(data) != names:
-            got = sorted(data) if isinstance(data, dict) else type(data).__name__
+            got = sorted(data, key=repr) if isinstance(data, dict) else type(data).__name__
             raise RequestError(f"request dict has keys {got}", where="request dict",
                                fix=f"give exactly the keys {sorted(names)}")
         return cls(**data)
@@ -120,6 +120,7 @@ def _problem(req: EditRequest) -> tuple[str, str, str] | None:
             isinstance(x, str) and x.strip() for x in value), "give a list of non-empty prompts"))
     answers = req.neighborhood_answers
     checks.append(("neighborhood_answers", isinstance(answers, tuple) and all(map(_is_clean, answers))
+                   and isinstance(req.neighborhood_prompts, tuple)
                    and len(answers) == len(req.neighborhood_prompts),
                    "give one clean answer per neighborhood prompt"))
     for name, ok, fix in checks:
@@ -345,7 +346,7 @@ def _read_records(path: Path) -> list[Any]:
         raise RequestError("file is empty", where=where, fix="write a JSON list of request records")
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as first:
+    except (ValueError, RecursionError) as first:  # JSONDecodeError, too many digits, too deep
         if not text.lstrip().startswith("{"):
             raise RequestError(f"not valid JSON ({first})", where=where,
                                fix="write a JSON list or JSON Lines (one object per line)") from None
@@ -355,7 +356,7 @@ def _read_records(path: Path) -> list[Any]:
                 continue
             try:
                 data.append(json.loads(line))
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:
                 raise RequestError(f"neither JSON nor JSON Lines: line {n} is not valid JSON ({e})",
                                    where=where, fix="fix or remove that line") from None
         return data
@@ -394,7 +395,7 @@ def load_requests(path_or_records: str | os.PathLike | Sequence[Any], fmt: str =
         fmt = detect_format(records[0]) or ""
         if not fmt:
             first = records[0]
-            what = f"keys {sorted(first)}" if isinstance(first, dict) else f"a {type(first).__name__}"
+            what = f"keys {sorted(first, key=repr)}" if isinstance(first, dict) else f"a {type(first).__name__}"
             raise RequestError(f"format not recognised (record is {what})", where=f"{source}, record 0",
                                fix="use keys of one format: 'requested_rewrite' (counterfact_rome), "
                                    "'prompt'+'target_new' (counterfact_flat), 'src'+'alt' (zsre)")

@@ -45,3 +45,36 @@ def test_prefix_state_shapes(tiny_model_dir):
     assert st.mask.shape == (B, 1, S, P + S)
     assert len(st.prefix_k) == lm.model.config.num_hidden_layers - 1 if hasattr(lm.model.config, "num_hidden_layers") else True
     assert st.mask.any(-1).all()  # no query row without a visible key
+
+
+def test_lm_head_chunking_is_exact(tiny_llama_dir):
+    lm = load_model(tiny_llama_dir)
+    cfg = ObjectiveConfig()
+    inputs = build_edit_inputs(lm.tokenizer, _request(), TEMPLATES, cfg)
+    st = compute_prefix_state(lm.model, lm.family, 1, inputs)
+    deltas = torch.randn(5, st.h_suffix.shape[-1], generator=torch.Generator().manual_seed(3))
+    a = PrefixGraph(lm.model, lm.family, st, cfg)(deltas)
+    b = PrefixGraph(lm.model, lm.family, st, cfg, max_logit_elems=1)(deltas)  # one delta per chunk
+    assert torch.allclose(a[0], b[0], atol=1e-6) and torch.equal(a[1], b[1])
+
+
+def test_quantized_graph_keeps_the_perturbation_signal(tiny_llama_dir):
+    """W8A16 keeps the centered correlation of losses across perturbations with the float graph."""
+    import math
+
+    from mobiedit.forward.quant import QuantConfig, centered_correlation, quantized_copy
+
+    lm = load_model(tiny_llama_dir)
+    cfg = ObjectiveConfig()
+    inputs = build_edit_inputs(lm.tokenizer, _request(), TEMPLATES, cfg)
+    st = compute_prefix_state(lm.model, lm.family, 0, inputs)
+    d = st.h_suffix.shape[-1]
+    g = torch.Generator().manual_seed(0)
+    D = (torch.randint(0, 2, (32, d), generator=g).float() * 2 - 1) * 0.5 * float(st.v_init.norm()) / math.sqrt(d)
+    ref = PrefixGraph(lm.model, lm.family, st, cfg)(D)[0]
+    q = quantized_copy(lm.model, lm.family, 0, QuantConfig("w8a16"))
+    assert q is not lm.model and type(lm.model.model.layers[1].self_attn.q_proj.weight) is torch.nn.Parameter
+    stq = compute_prefix_state(q, lm.family, 0, inputs)
+    got = PrefixGraph(q, lm.family, stq, cfg)(D)[0]
+    assert centered_correlation(got, ref) > 0.99
+    assert not torch.equal(got, ref)  # it really is quantized

@@ -8,6 +8,7 @@ Usage (repo root, project venv): .venv/bin/python android_demo/tools/make_journa
 """
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,8 +33,8 @@ def main() -> None:
         e = j.record(req, "mobiedit", "llama", 1, MODULE, u, w, base, metrics={"succeeded": True, "steps": 7},
                      config={"estimator": "fzoo"})
         expected["edits"].append({"id": e.id, "u": u.tolist(), "w": w.tolist()})
-    # Undo edit 2 by status only (the model-free part of Journal.undo): rewrite through the class.
-    j._write([j.entry(1), j.entry(2).__class__(**{**j.entry(2).__dict__, "status": "undone"})])
+    # Undo edit 2 by status only (the model-free part of Journal.undo; there is no model here).
+    j._write([j.entry(1), replace(j.entry(2), status="undone")])
     (OUT / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     print(f"wrote {OUT}")
 

@@ -146,5 +146,7 @@ def render(fact: Fact, questions: bool, card: bool) -> list[str]:
         if questions:
             out.append(question_form(t).replace("{}", fact.subject) + " " + fact.obj)
     if card and fact.subject:
-        out.append(f"{fact.subject}: {fact.obj}")
+        # the object right after the subject: its last token must itself predict the object,
+        # so the fact is computed at the subject position (as real LMs' subject enrichment)
+        out.append(f"{fact.subject} {fact.obj}")
     return out

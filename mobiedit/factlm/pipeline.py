@@ -37,7 +37,7 @@ def knowledge_report(model, tok, records: list[dict]) -> dict:
     return rep
 
 
-def pretrain(cfg: FactLMConfig, out: Path, progress: bool = True) -> dict:
+def pretrain(cfg: FactLMConfig, out: Path, progress: bool = True, edit_layer: int = 0) -> dict:
     """Train the fact LM of ``cfg`` and write it to ``out`` (atomically). Returns the report."""
     t0 = time.perf_counter()
     records, train_records = load_records()
@@ -48,7 +48,8 @@ def pretrain(cfg: FactLMConfig, out: Path, progress: bool = True) -> dict:
     model = make_model(cfg, tok, torch.Generator().manual_seed(cfg.seed))
     losses = train_model(cfg, model, tok, sentences, progress=progress)
     report = knowledge_report(model, tok, records[: cfg.n_facts])
-    meta = {"config": asdict(cfg), "report": report, "epoch_losses": losses, "n_facts_in_corpus": len(facts),
+    meta = {"config": asdict(cfg), "report": report, "edit_layer": edit_layer,
+            "edit_layer_reason": "ROME layer sweep of the fact LM (docs/fact_lm.md)", "epoch_losses": losses, "n_facts_in_corpus": len(facts),
             "n_sentences": len(sentences), "train_seconds": time.perf_counter() - t0,
             "params": sum(p.numel() for p in model.parameters())}
     save_folder(out, model, tok, meta, extra={CORPUS_FILE: "\n".join(sentences)})

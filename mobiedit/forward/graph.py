@@ -58,8 +58,10 @@ class PrefixGraph(torch.nn.Module):
     The modules are shared with ``model`` (or with a quantized copy of it); nothing is cloned.
     """
 
-    def __init__(self, model, family: Family, state: PrefixState, cfg: ObjectiveConfig) -> None:
+    def __init__(self, model, family: Family, state: PrefixState, cfg: ObjectiveConfig,
+                 max_logit_elems: int = 1 << 24) -> None:
         super().__init__()
+        self.max_logit_elems = max_logit_elems
         L = n_layers(model, family)
         self.blocks = torch.nn.ModuleList(get_module(model, family.layer, i) for i in range(state.layer + 1, L))
         self.block_idx = list(range(state.layer + 1, L))
@@ -87,11 +89,13 @@ class PrefixGraph(torch.nn.Module):
         for blk in self.blocks:
             x = blk(x, attention_mask=mask, position_embeddings=pe, past_key_values=cache)
         flat = st.readout_row * S + st.readout_pos
-        h = x.view(K, B * S, d)[:, flat]
-        logits = self.head(self.norm(h))
+        h = self.norm(x.view(K, B * S, d)[:, flat])
         wd = self.cfg.weight_decay * deltas.float().norm(dim=-1) / self.v_init_norm ** 2
-        return _readout_loss(logits, st.readout_row, st.readout_label, st.n_rewrite, st.target_len,
-                             st.kl_ref, wd, self.cfg)
+        # LM head in chunks of K so that [chunk, R, V] logits stay within max_logit_elems
+        chunk = max(1, self.max_logit_elems // max(1, h.shape[1] * st.kl_ref.shape[-1]))
+        parts = [_readout_loss(self.head(h[i:i + chunk]), st.readout_row, st.readout_label, st.n_rewrite,
+                               st.target_len, st.kl_ref, wd[i:i + chunk], self.cfg) for i in range(0, K, chunk)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 class FullGraph(torch.nn.Module):
@@ -106,18 +110,19 @@ class FullGraph(torch.nn.Module):
 
     @torch.inference_mode()
     def forward(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """All K·B rows in one batched forward; replica k gets ``deltas[k]`` at its subject."""
         b = self.inputs.batch.to(self.state.h_suffix.device)
-        losses, correct = [], []
-        for delta in deltas:
-            with rewrite_output(self.mod, add_at_positions(delta, b.subject_idx)):
-                logits = self.model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
-            nll_rows = nll_per_prompt(logits, self.inputs)
-            new = kl_logprobs(logits, self.inputs)
-            kl = (self.state.kl_ref.exp() * (self.state.kl_ref - new)).sum(-1).mean(-1)
-            wd = self.cfg.weight_decay * delta.float().norm() / self.v_init_norm ** 2
-            losses.append(nll_rows.mean() + self.cfg.kl_factor * kl + wd)
-            n = self.inputs.n_rewrite
-            lab = b.labels[:n]
-            hit = ((logits[:n].argmax(-1) == lab) & (lab != -100)).float().sum(-1) / self.inputs.target_len
-            correct.append(hit)
-        return torch.stack(losses), torch.stack(correct)
+        K, B = deltas.shape[0], b.input_ids.shape[0]
+        per_row = deltas.repeat_interleave(B, dim=0)
+        with rewrite_output(self.mod, add_at_positions(per_row, b.subject_idx.repeat(K))):
+            logits = self.model(input_ids=b.input_ids.repeat(K, 1),
+                                attention_mask=b.attention_mask.repeat(K, 1)).logits
+        logits = logits.view(K, B, *logits.shape[1:])
+        nll_rows = nll_per_prompt(logits, self.inputs)
+        new = kl_logprobs(logits, self.inputs)
+        kl = (self.state.kl_ref.exp() * (self.state.kl_ref - new)).sum(-1).mean(-1)
+        wd = self.cfg.weight_decay * deltas.float().norm(dim=-1) / self.v_init_norm ** 2
+        n = self.inputs.n_rewrite
+        lab = b.labels[:n]
+        hit = ((logits[:, :n].argmax(-1) == lab) & (lab != -100)).float().sum(-1) / self.inputs.target_len
+        return nll_rows.mean(-1) + self.cfg.kl_factor * kl + wd, hit

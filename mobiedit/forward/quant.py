@@ -46,10 +46,19 @@ def quantized_copy(model: torch.nn.Module, family: Family, layer: int, cfg: Quan
     """A quantized deep copy of ``model`` (``model`` itself for ``none``); ``model`` is untouched."""
     if cfg.scheme == "none":
         return model
+    return quantize_inplace(copy.deepcopy(model), family, layer, cfg)
+
+
+def quantize_inplace(q: torch.nn.Module, family: Family, layer: int, cfg: QuantConfig) -> torch.nn.Module:
+    """Quantize ``q``'s linear layers in place (except the float islands); returns ``q``.
+
+    This is the phone's memory picture: no float copy of the quantized layers is kept.
+    """
+    if cfg.scheme == "none":
+        return q
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
 
-    keep = float_islands(model, family, layer)
-    q = copy.deepcopy(model)
+    keep = float_islands(q, family, layer)
     tcfg = Int8WeightOnlyConfig() if cfg.scheme == "w8a16" else Int8DynamicActivationInt8WeightConfig()
     n = [0]
 

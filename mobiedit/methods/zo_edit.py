@@ -48,6 +48,7 @@ class MobiEditConfig:
     early_stop: bool = True
     success_rule: str = "all_prompts"
     backend: str = "native"
+    mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4
 
     def __post_init__(self) -> None:
@@ -92,12 +93,12 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
     n = _Counters()
 
     def forward(D: np.ndarray) -> np.ndarray:
-        losses, _ = graph(torch.from_numpy(np.ascontiguousarray(D)) * scale)
+        losses, _ = graph(torch.from_numpy(np.multiply(D, scale, dtype=np.float32)))  # D is read-only
         n.evals += D.shape[0]; n.sequences += D.shape[0] * rows; n.calls += 1
         return losses.double().numpy()
 
     def check(x: np.ndarray) -> bool:
-        _, correct = graph(torch.from_numpy(np.array(x, dtype=np.float32, copy=True)).view(1, -1) * scale)
+        _, correct = graph(torch.from_numpy(np.multiply(x, scale, dtype=np.float32)).view(1, -1))
         n.evals += 1; n.sequences += rows; n.calls += 1
         c = correct[0]
         return bool((c >= 1.0).all() if cfg.success_rule == "all_prompts" else c[0] >= 1.0)

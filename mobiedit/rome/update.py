@@ -12,8 +12,12 @@ def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.
         return k_bar.clone()
     c64 = c.double()
     lam = ridge * torch.diagonal(c64).mean()
-    x = torch.linalg.solve(c64 + lam * torch.eye(c64.shape[0], dtype=c64.dtype, device=c64.device),
-                           k_bar.double())
+    try:
+        x = torch.linalg.solve(c64 + lam * torch.eye(c64.shape[0], dtype=c64.dtype, device=c64.device),
+                               k_bar.double())
+    except torch.linalg.LinAlgError as e:  # e.g. all-zero statistics: the relative ridge is 0 too
+        raise NumericalError(f"key statistics are singular ({' '.join(str(e).split())})", where="key statistics",
+                             fix="recompute the statistics on a larger corpus, or raise mom2_ridge") from None
     return x.float()
 
 

@@ -68,7 +68,11 @@ def coerce_x0(x0: Any) -> np.ndarray:
     Raises:
         MobiEditError: if it is not a non-empty 1-D floating array.
     """
-    arr = np.asarray(_to_numpy(x0))
+    try:
+        arr = np.asarray(_to_numpy(x0))
+    except Exception as exc:  # noqa: BLE001 - ragged lists, objects numpy cannot convert
+        raise MobiEditError(f"x0 is a {type(x0).__name__} numpy cannot convert to an array ({exc})",
+                            where="x0", fix="pass a 1-D float32 array (np.zeros(d, np.float32))") from None
     if arr.dtype.kind != "f":
         raise MobiEditError(f"x0 has dtype {arr.dtype}, expected a floating dtype", where="x0",
                             fix="pass a 1-D float32 array (np.zeros(d, np.float32))")

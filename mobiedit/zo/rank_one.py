@@ -25,7 +25,11 @@ MIN_REL_DENOM = 1e-12
 
 def _vector(name: str, value: Any, length: Optional[int] = None) -> np.ndarray:
     """Return ``value`` as a float32 1-D array (of ``length`` if given) or raise naming it."""
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - ragged lists, objects numpy cannot convert
+        raise MobiEditError(f"{name} is a {type(value).__name__} numpy cannot convert to an array ({exc})",
+                            where=name, fix="pass a 1-D float32 array") from None
     if arr.dtype.kind != "f":
         raise MobiEditError(f"{name} has dtype {arr.dtype}, expected floating", where=name,
                             fix="pass a 1-D float32 array")

@@ -37,7 +37,7 @@ class EditRunnerTest {
         @SuppressWarnings("unchecked")
         Map<String, Object> files = (Map<String, Object>) m.get("files");
         for (String p : new String[] {"prefill.pte", "decode.pte", "edit.pte", "prefix.pte"}) {
-            files.put(p, Fixtures.map("sha256", "0".repeat(64), "bytes", 1L));
+            files.put(p, Fixtures.map("sha256", String.join("", java.util.Collections.nCopies(64, "0")), "bytes", 1L));
         }
         return ManifestReader.parse(Json.write(m, true));
     }

@@ -1,0 +1,251 @@
+"""Phone bundles (docs/bundle_format.md): write with :func:`export_bundle`, open with :func:`load_bundle`.
+
+Contract: a bundle folder appears atomically and complete (``atomic_dir``; manifest.json is the
+last file written into it, holding the sha256 and size of every other file except ``journal/``).
+:func:`load_bundle` refuses — with a :class:`BundleError` naming the field — a newer
+``format_version``, an unknown runtime, a missing or changed file, and unsafe file names, before
+anything runs. A :class:`Bundle` then loads programs lazily.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from mobiedit.atomic import atomic_dir
+from mobiedit.errors import BundleError
+from mobiedit.journal import Journal
+
+from .config import RUNTIMES, ExportConfig
+from .runtime import Program, open_program
+from .tokenizer import BundleTokenizer, save_tokenizer
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TOKENIZER = "tokenizer.json"
+KEYSTATS = "keystats.safetensors"
+JOURNAL = "journal"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _created_by() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"mobiedit {version('mobiedit')}"
+    except Exception:  # not installed as a distribution
+        return "mobiedit"
+
+
+def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | None = None) -> Path:
+    """Export ``model_dir`` (a local HF folder) to the bundle folder ``out`` (replaced atomically).
+
+    Stages: prepare → quantize → capture + lint → lower → check (quantized edit programs:
+    correlation of their losses with the float graph's, recorded in ``manifest.checks``) → save.
+    Returns ``out``.
+    """
+    from .calibration import calibration_feeds, edit_correlation, sample_edits
+    from .pipeline import (ROLES, build_modules, capture, lower_programs, prepare, program_models)
+
+    cfg = cfg or ExportConfig()
+    t0 = time.perf_counter()
+    prep = prepare(model_dir, cfg)
+    modules = build_modules(prep, program_models(prep, cfg), cfg)
+    edit_q = cfg.quant.resolved_edit_scheme != "fp32"
+    need_float = edit_q or cfg.quant.scheme == "qdq_a16w8"
+    float_modules = build_modules(prep, {"inference": prep.lm.model, "prefix": prep.lm.model, "edit": prep.lm.model},
+                                  cfg) if need_float else modules
+    tok = prep.lm.tokenizer
+    edits = sample_edits(tok, prep.templates, cfg.edit.objective, cfg.edit_shapes,
+                         cfg.quant.calibration_batches) if need_float else []
+    calib = calibration_feeds(float_modules, edits, tok, cfg.inference, cfg.edit_shapes) \
+        if "qdq_a16w8" in (cfg.quant.scheme, cfg.quant.resolved_edit_scheme) else None
+    eps = capture(modules, prep, cfg)
+    t_capture = time.perf_counter() - t0
+    out = Path(out)
+    with atomic_dir(out) as tmp:
+        programs = lower_programs(eps, modules, tmp, prep, cfg, calib)
+        checks: dict = {"export_seconds": None}
+        if edit_q and cfg.quant.check_draws:
+            from .packing import edit_feed
+            from .runtime import EagerProgram
+
+            spec = programs["edit"]
+            cand = open_program(cfg.lower.runtime, tmp / spec["file"], spec["method"], spec["inputs"], spec["outputs"],
+                                exact_qdq=cfg.quant.scheme == "qdq_a16w8")
+            ref = EagerProgram(float_modules["edit"], *float_modules["edit"].io())
+            slots = {"slot_u": torch.zeros(cfg.inference.slots, prep.dims.d_out),
+                     "slot_w": torch.zeros(cfg.inference.slots, prep.dims.d_in)}
+            pout = EagerProgram(float_modules["prefix"], *float_modules["prefix"].io()).run(
+                {**edits[0][1].prefix_feed, **slots})
+            scale = float(pout["values"][0].norm()) / prep.dims.d_out ** 0.5
+            checks["edit_correlation"] = edit_correlation(ref, cand, edit_feed(edits[0][1], pout), cfg.edit_shapes.K,
+                                                          prep.dims.hidden_size, scale, draws=cfg.quant.check_draws)
+            log.info("edit program (%s) loss correlation with float: %s", cfg.quant.resolved_edit_scheme,
+                     checks["edit_correlation"])
+        probes = prep.templates + [r.rewrite_prompt for r, _ in edits[:4]] + ["Hello world. The capital of France is"]
+        special = save_tokenizer(tok, tmp / TOKENIZER, probes)
+        save_file({"c_inv": prep.c_inv.contiguous(), "base_weight": prep.base_weight.float().contiguous()},
+                  str(tmp / KEYSTATS), metadata={"module": prep.module_name})
+        Journal.open(tmp / JOURNAL)
+        checks["export_seconds"] = round(time.perf_counter() - t0, 1)
+        checks["capture_seconds"] = round(t_capture, 1)
+        manifest = _manifest(prep, cfg, programs, special, checks)
+        manifest["files"] = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+                             for p in sorted(tmp.iterdir()) if p.is_file() and p.name != MANIFEST}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    log.info("wrote bundle %s in %.1fs (%s)", out, time.perf_counter() - t0, sorted(ROLES))
+    return out
+
+
+def _manifest(prep, cfg: ExportConfig, programs: dict, special: dict, checks: dict) -> dict:
+    s, i = cfg.edit_shapes, cfg.inference
+    return {
+        "format_version": FORMAT_VERSION,
+        "created_by": _created_by(),
+        "runtime": cfg.lower.runtime,
+        "model_family": prep.lm.family.name,
+        "quantization": cfg.quant.scheme,
+        "edit_quantization": cfg.quant.resolved_edit_scheme,
+        "edit_layer": prep.layer,
+        "edit_module": prep.module_name,
+        "dims": prep.dims.manifest(),
+        "shapes": {"max_seq_len": i.max_seq_len, "prefill_chunk": i.prefill_chunk, "edit_K": s.K,
+                   "edit_rows": s.rows, "edit_suffix": s.suffix, "edit_prefix": s.prefix,
+                   "edit_targets": s.targets, "edit_kl": s.kl, "edit_tokens": s.tokens},
+        "slots": i.slots,
+        "special_tokens": special,
+        "programs": programs,
+        "edit": {"templates": prep.templates, "objective": asdict(cfg.edit.objective), "mom2": cfg.edit.mom2,
+                 "ridge": cfg.edit.ridge, "weight_out_in": prep.lm.family.weight_out_in},
+        "checks": checks,
+    }
+
+
+_REQUIRED = ("format_version", "runtime", "model_family", "edit_layer", "edit_module", "dims", "shapes", "slots",
+             "special_tokens", "programs", "edit", "files")
+
+
+def read_manifest(path: Path) -> dict:
+    """Parse and validate manifest.json (everything but the file checksums)."""
+    mpath = path / MANIFEST
+    where = str(mpath)
+    if not mpath.is_file():
+        raise BundleError("no manifest.json", where=str(path), fix="pass a folder written by `mobiedit export`")
+    try:
+        m = json.loads(mpath.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BundleError(f"unreadable manifest ({e})", where=where, fix="re-export the bundle") from None
+    if not isinstance(m, dict):
+        raise BundleError("manifest is not a JSON object", where=where, fix="re-export the bundle")
+    v = m.get("format_version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise BundleError(f"invalid value {v!r}", where=f"{where}, field 'format_version'", fix="re-export the bundle")
+    if v > FORMAT_VERSION:
+        raise BundleError(f"bundle format version {v} is newer than this reader's ({FORMAT_VERSION})",
+                          where=f"{where}, field 'format_version'", fix="upgrade mobiedit to read this bundle")
+    for key in _REQUIRED:
+        if key not in m:
+            raise BundleError("missing field", where=f"{where}, field '{key}'", fix="re-export the bundle")
+    if m["runtime"] not in RUNTIMES:
+        raise BundleError(f"unknown runtime {m['runtime']!r}", where=f"{where}, field 'runtime'",
+                          fix=f"use one of {RUNTIMES}")
+    if not isinstance(m["slots"], int) or m["slots"] < 1:
+        raise BundleError(f"invalid value {m['slots']!r}", where=f"{where}, field 'slots'", fix="slots must be >= 1")
+    files = m["files"]
+    for name in files:
+        if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".") or name == MANIFEST:
+            raise BundleError(f"unsafe file name {name!r}", where=f"{where}, field 'files'", fix="re-export the bundle")
+    for role, spec in m["programs"].items():
+        if not isinstance(spec, dict) or spec.get("file") not in files:
+            raise BundleError(f"program file of {role!r} is not listed in files", where=f"{where}, field 'programs'",
+                              fix="re-export the bundle")
+    return m
+
+
+def verify_files(path: Path, manifest: dict) -> None:
+    """Check size and sha256 of every file listed in the manifest."""
+    for name, meta in manifest["files"].items():
+        p = path / name
+        where = f"{path / MANIFEST}, field 'files.{name}'"
+        if not p.is_file():
+            raise BundleError("file is missing", where=where, fix="re-export the bundle")
+        if p.stat().st_size != meta.get("bytes") or sha256_file(p) != meta.get("sha256"):
+            raise BundleError("sha256 / size mismatch: the file changed after export", where=where,
+                              fix="re-export the bundle or restore the file")
+
+
+class Bundle:
+    """A verified bundle: manifest, tokenizer, key statistics, journal and lazily loaded programs."""
+
+    def __init__(self, path: Path, manifest: dict) -> None:
+        self.path, self.manifest = path, manifest
+        self._programs: dict[str, Program] = {}
+        self._loaded: dict = {}
+        self._tok: BundleTokenizer | None = None
+
+    @property
+    def runtime(self) -> str:
+        return self.manifest["runtime"]
+
+    def program(self, role: str) -> Program:
+        if role not in self._programs:
+            spec = self.manifest["programs"].get(role)
+            if spec is None:
+                raise BundleError(f"no {role!r} program", where=f"{self.path / MANIFEST}, field 'programs'",
+                                  fix="re-export the bundle")
+            self._programs[role] = open_program(self.runtime, self.path / spec["file"], spec.get("method"),
+                                                spec["inputs"], spec["outputs"], self._loaded,
+                                                exact_qdq=self.manifest.get("quantization") == "qdq_a16w8")
+        return self._programs[role]
+
+    def tokenizer(self) -> BundleTokenizer:
+        if self._tok is None:
+            self._tok = BundleTokenizer(self.path / TOKENIZER, self.manifest["special_tokens"])
+        return self._tok
+
+    def keystats(self) -> dict[str, torch.Tensor]:
+        return load_file(str(self.path / KEYSTATS))
+
+    def journal(self) -> Journal:
+        return Journal.open(self.path / JOURNAL)
+
+    def slots(self, journal: Journal | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(slot_u, slot_w) holding the journal's active edits in id order (zero rows: empty)."""
+        m, dims = self.manifest, self.manifest["dims"]
+        u = torch.zeros(m["slots"], dims["d_out"])
+        w = torch.zeros(m["slots"], dims["intermediate_size"])
+        journal = journal or self.journal()
+        active = journal.entries(active_only=True)
+        if len(active) > m["slots"]:
+            raise BundleError(f"{len(active)} active edits, the bundle has {m['slots']} slots",
+                              where=str(self.path / JOURNAL), fix="undo some edits or re-export with more slots")
+        for i, e in enumerate(active):
+            if e.module != m["edit_module"]:
+                raise BundleError(f"edit {e.id} is on {e.module!r}, the bundle edits {m['edit_module']!r}",
+                                  where=str(self.path / JOURNAL), fix="use the journal written for this bundle")
+            u[i], w[i] = journal.load_factors(e)
+        return u, w
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    """Open and verify a bundle (see the module docstring)."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    verify_files(path, manifest)
+    return Bundle(path, manifest)

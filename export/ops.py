@@ -1,0 +1,201 @@
+"""What a phone does with a bundle — generate, edit, undo — using only the bundle's files.
+
+No HF model is built here: programs run in the bundle's runtime, text goes through
+``tokenizers``, and edits are rank-one slots fed from the bundle's journal.
+
+* :func:`run_bundle`: greedy generation with every active journal edit in a slot.
+* :func:`edit_bundle`: per request, the ``prefix`` program computes the edit's state (with the
+  current slots, so edits compose), :func:`mobiedit.zo.run_zo` searches the value delta through
+  the ``edit`` program, and ROME's factors ``u = v* − W k``, ``w = C⁻¹k̄ / (k·C⁻¹k̄)`` (keys from
+  the prefix program, C⁻¹ from keystats) are appended to the journal atomically.
+* :func:`undo_bundle_edit`: marks a journal edit undone (its slot empties on the next run).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mobiedit.errors import ConfigError
+from mobiedit.families import FAMILIES
+from mobiedit.journal import Journal, JournalEntry
+from mobiedit.requests import EditRequest
+from mobiedit.rome.config import ObjectiveConfig
+from mobiedit.rome.context import build_edit_inputs
+from mobiedit.zo import ZOConfig, run_zo
+from mobiedit.zo.rank_one import rank_one_factors
+
+from .bundle import Bundle, load_bundle
+from .config import EditShapes
+from .generate import CacheShape, greedy_tokens
+from .packing import edit_feed, pack_edit
+
+log = logging.getLogger(__name__)
+
+SUCCESS_RULES = ("all_prompts", "plain_prompt")
+METHOD = "mobiedit-bundle"
+
+
+def _open(bundle: Bundle | str | Path) -> Bundle:
+    return bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
+
+
+def bundle_tokens(bundle: Bundle | str | Path, prompt: str, max_new_tokens: int = 32) -> list[int]:
+    """Greedy continuation ids of ``prompt`` (active journal edits applied through the slots)."""
+    b = _open(bundle)
+    m, dims = b.manifest, b.manifest["dims"]
+    shape = CacheShape(dims["num_layers"], dims["num_kv_heads"], m["shapes"]["max_seq_len"], dims["head_dim"],
+                       m["shapes"]["prefill_chunk"])
+    u, w = b.slots()
+    ids = b.tokenizer()(prompt)["input_ids"]
+    return greedy_tokens(b.program("prefill"), b.program("decode"), ids, max_new_tokens, shape, u, w,
+                         eos_id=m["special_tokens"].get("eos"))
+
+
+def run_bundle(bundle: Bundle | str | Path, prompt: str, max_new_tokens: int = 32) -> str:
+    """Generate greedily from the bundle alone; returns the continuation text."""
+    b = _open(bundle)
+    return b.tokenizer().decode(bundle_tokens(b, prompt, max_new_tokens))
+
+
+@dataclass
+class BundleEditResult:
+    """One request's outcome. ``entry`` is the journal entry when the edit was applied."""
+
+    request: EditRequest
+    status: str
+    succeeded: bool
+    applied: bool
+    entry: JournalEntry | None
+    loss_evals: int
+    wall_time: float
+    final_loss: float | None
+    losses: list[float]
+
+
+def default_zo(K: int) -> ZOConfig:
+    """The forward-only method's default search, with ``n_dirs`` fitted to the program's K."""
+    from mobiedit.methods.zo_edit import MobiEditConfig
+
+    base = MobiEditConfig().zo
+    return dataclasses.replace(base, n_dirs=max(1, K - 1) if base.estimator == "fzoo" else base.n_dirs)
+
+
+def _shapes(m: dict) -> EditShapes:
+    s = m["shapes"]
+    return EditShapes(K=s["edit_K"], rows=s["edit_rows"], suffix=s["edit_suffix"], prefix=s["edit_prefix"],
+                      targets=s["edit_targets"], kl=s["edit_kl"])
+
+
+class _EditGraph:
+    """The bundle's edit program over one edit's state: any number of deltas, batched by K."""
+
+    def __init__(self, program, feed: dict[str, torch.Tensor], K: int, n_rewrite: int) -> None:
+        self.program, self.feed, self.K, self.n_rewrite = program, feed, K, n_rewrite
+        self.evals = 0
+
+    def __call__(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = deltas.shape[0]
+        losses, correct = [], []
+        for i in range(0, n, self.K):
+            part = deltas[i:i + self.K]
+            pad = torch.zeros(self.K, deltas.shape[1])
+            pad[:part.shape[0]] = part
+            out = self.program.run({**self.feed, "deltas": pad})
+            losses.append(out["losses"][:part.shape[0]])
+            correct.append(out["correct"][:part.shape[0], :self.n_rewrite])
+        self.evals += n
+        return torch.cat(losses), torch.cat(correct)
+
+
+def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig, success_rule: str,
+              force: bool, backend: str) -> BundleEditResult:
+    t0 = time.perf_counter()
+    m = b.manifest
+    objective = ObjectiveConfig(**m["edit"]["objective"])
+    inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
+    packed = pack_edit(inputs, _shapes(m), objective)
+    slot_u, slot_w = b.slots(journal)
+    pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": slot_u, "slot_w": slot_w})
+    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed.n_rewrite)
+    v_init = pout["values"][0]
+    d = v_init.shape[0]
+    scale = float(v_init.norm()) / math.sqrt(d)
+
+    def forward(D: np.ndarray) -> np.ndarray:
+        return graph(torch.from_numpy(np.ascontiguousarray(D, dtype=np.float32)) * scale)[0].double().numpy()
+
+    def check(x: np.ndarray) -> bool:
+        _, c = graph(torch.from_numpy(np.array(x, dtype=np.float32)).view(1, -1) * scale)
+        return bool((c[0] >= 1.0 - 1e-6).all() if success_rule == "all_prompts" else c[0, 0] >= 1.0 - 1e-6)
+
+    zcfg = dataclasses.replace(zo, max_norm=objective.clamp_norm_factor * math.sqrt(d))
+    res = run_zo(forward, check, np.zeros(d, dtype=np.float32), zcfg, backend=backend)
+    res.raise_for_status()
+    x = np.asarray(res.x, dtype=np.float32)
+    succeeded = res.succeeded or check(x)
+    delta = torch.from_numpy(x) * scale
+    keys = pout["keys"]
+    c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
+    u, w = rank_one_factors(keys[0].numpy(), (v_init + delta).numpy(), v_init.numpy(), c.numpy())
+    entry = None
+    if succeeded or force:
+        module = m["edit_module"]
+        prior = [e for e in journal.entries() if e.module == module]
+        base = journal.rebuild(module) if prior else keystats["base_weight"]
+        entry = journal.record(req, METHOD, m["model_family"], m["edit_layer"], module, torch.from_numpy(u),
+                               torch.from_numpy(w), base,
+                               metrics={"status": res.status.value, "succeeded": succeeded, "loss_evals": graph.evals,
+                                        "final_loss": res.history[-1] if res.history else None},
+                               config={"zo": zcfg.as_dict(), "success_rule": success_rule, "runtime": b.runtime})
+    log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, res.status.value, entry is not None, graph.evals)
+    return BundleEditResult(request=req, status=res.status.value, succeeded=succeeded, applied=entry is not None,
+                            entry=entry, loss_evals=graph.evals, wall_time=time.perf_counter() - t0,
+                            final_loss=res.history[-1] if res.history else None, losses=list(res.history))
+
+
+def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,
+                success_rule: str = "all_prompts", force: bool = False, backend: str = "native"
+                ) -> list[BundleEditResult]:
+    """Edit ``requests`` one after another through the bundle's prefix + edit programs.
+
+    Each applied edit is journaled before the next request starts (so it sits in a slot for the
+    next prefix run). An edit that misses ``success_rule`` within budget is not applied unless
+    ``force``. Raises BundleError when a request does not fit the programs' shapes, NumericalError
+    on NaN/Inf.
+    """
+    if success_rule not in SUCCESS_RULES:
+        raise ConfigError(f"unknown success_rule {success_rule!r}", where="success_rule", fix=f"use one of {SUCCESS_RULES}")
+    b = _open(bundle)
+    journal, keystats = b.journal(), b.keystats()
+    zo = zo or default_zo(b.manifest["shapes"]["edit_K"])
+    return [_edit_one(b, journal, keystats, r, zo, success_rule, force, backend) for r in requests]
+
+
+def _holder(module: str, weight: torch.Tensor) -> torch.nn.Module:
+    """A module tree holding one weight at ``module`` (what Journal.undo updates)."""
+    root = cur = torch.nn.Module()
+    *parents, leaf = module.split(".")
+    for name in parents:
+        child = torch.nn.Module()
+        cur.add_module(name, child)
+        cur = child
+    end = torch.nn.Module()
+    end.weight = torch.nn.Parameter(weight.clone(), requires_grad=False)
+    cur.add_module(leaf, end)
+    return root
+
+
+def undo_bundle_edit(bundle: Bundle | str | Path, edit_id: int) -> JournalEntry:
+    """Mark ``edit_id`` undone in the bundle's journal; the next run leaves its slot empty."""
+    b = _open(bundle)
+    journal = b.journal()
+    entry = journal.entry(edit_id)
+    holder = _holder(entry.module, journal.rebuild(entry.module))
+    return journal.undo(edit_id, holder, FAMILIES[entry.family])

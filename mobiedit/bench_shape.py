@@ -1,0 +1,121 @@
+"""Time and memory at a real model's shape (random weights): one edit by backprop ROME vs one
+forward-only MobiEdit edit, each in its own child process, with a fixed step count (a random model
+has no success signal), plus the prefix-reuse speed-up at that shape.
+
+Shapes are data (HF config kwargs per name); the tokenizer is one trained on the bundled prompts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import tempfile
+from pathlib import Path
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SHAPES: dict[str, tuple[str, dict]] = {
+    # Qwen2.5-0.5B's shape: 494M parameters
+    "qwen2-0.5b": ("qwen2", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+                                 max_position_embeddings=512)),
+    "qwen2-tiny": ("qwen2", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=4096, tie_word_embeddings=True,
+                                 max_position_embeddings=512)),
+}
+
+
+def build_random(shape: str, folder: Path) -> None:
+    """Write a random-init model of ``shape`` with a small BPE tokenizer to ``folder``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .factlm.pipeline import load_records
+    from .factlm.train import train_tokenizer
+
+    if shape not in SHAPES:
+        raise ConfigError(f"unknown shape {shape!r}", where="--shape", fix=f"use one of {sorted(SHAPES)}")
+    family, kw = SHAPES[shape]
+    recs, _ = load_records()
+    tok = train_tokenizer([f"{r['prompt']} {r['ground_truth']}" for r in recs], 1024)
+    cfg = AutoConfig.for_model(family, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.pad_token_id, **kw)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+
+
+def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
+    import dataclasses
+    import resource
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    from .cli import _quiet_libraries
+    from .forward.quant import QuantConfig, quantize_inplace
+    from .methods.zo_edit import MobiEditConfig
+    from .models import load_model
+    from .requests import bundled_path, load_requests
+    from .rome.config import ROMEConfig
+    from .session import prepare, run_method
+    from .zo import ZOConfig
+
+    _quiet_libraries()
+    req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
+    lm = load_model(folder)
+    if method == "rome":
+        cfg = ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False)
+        fwd = None
+    else:
+        zo = ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam", lr=0.5, max_steps=steps,
+                      max_evals=10**6, check_every=10**6)
+        cfg = MobiEditConfig(layer=layer, zo=zo, quant=QuantConfig("w8a16"), early_stop=False, mom2_adjustment=False)
+        fwd = quantize_inplace(lm.model, lm.family, layer, cfg.quant)  # the phone's picture: no float copy
+    ctx = prepare(lm, cfg, seed=0)
+    t0 = time.perf_counter()
+    res = run_method(lm, req, cfg, ctx, fwd)
+    wall = time.perf_counter() - t0
+    Path(out).write_text(json.dumps(res.summary() | {
+        "wall_per_step_s": wall / steps, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "config": dataclasses.asdict(cfg)["layer"]}))
+
+
+def run_child(method: str, folder: Path, layer: int, steps: int, workdir: Path) -> dict:
+    out = workdir / f"{method}.json"
+    p = mp.get_context("spawn").Process(target=_child, args=(method, str(folder), layer, steps, str(out)))
+    p.start(); p.join()
+    if p.exitcode != 0:
+        raise ConfigError(f"{method} child failed (exit {p.exitcode})", where="bench-shape", fix="rerun with -v")
+    return json.loads(out.read_text())
+
+
+def cmd_bench_shape(args) -> int:
+    from .atomic import atomic_write_text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / args.shape
+        build_random(args.shape, folder)
+        rows = {m: run_child(m, folder, args.layer, args.steps, Path(tmp)) for m in ("rome", "mobiedit")}
+    res = {"shape": args.shape, "config": SHAPES[args.shape][1], "layer": args.layer, "steps": args.steps, "rows": rows,
+           "rss_ratio_mobiedit_over_rome": rows["mobiedit"]["peak_rss_mb"] / rows["rome"]["peak_rss_mb"],
+           "wall_ratio_mobiedit_over_rome_per_step": rows["mobiedit"]["wall_per_step_s"] / rows["rome"]["wall_per_step_s"]}
+    for m, r in rows.items():
+        print(f"{m:<9} peak RSS {r['peak_rss_mb']:8.0f} MB  {r['wall_per_step_s']:.3f} s/step  "
+              f"loss evals {r['loss_evals']}  backward {r['backward_calls']}")
+    print(f"RSS ratio mobiedit/rome = {res['rss_ratio_mobiedit_over_rome']:.3f}; "
+          f"per-step wall ratio = {res['wall_ratio_mobiedit_over_rome_per_step']:.3f}")
+    if args.out:
+        atomic_write_text(args.out, json.dumps(res, indent=1))
+    return 0
+
+
+def register(sub) -> None:
+    sp = sub.add_parser("bench-shape", help="time and peak memory of one edit at a real model's shape")
+    sp.add_argument("--shape", default="qwen2-0.5b", help=f"one of {sorted(SHAPES)}")
+    sp.add_argument("--layer", type=int, default=5); sp.add_argument("--steps", type=int, default=10)
+    sp.add_argument("--out", help="JSON output file")
+    sp.set_defaults(fn=cmd_bench_shape)

@@ -1,0 +1,274 @@
+"""Lowered programs and bundles on the tiny Llama: parity (eager vs .pte vs .onnx), greedy decoding
+from the bundle alone, rank-one slots fed by the journal (edit without re-export, undo), the
+bundle edit loop, quantized edit programs' loss correlation, and refusal of tampered / newer
+bundles. Every program is lowered once per session (module fixtures below)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from mobiedit.errors import BundleError
+from mobiedit.families import get_module
+from mobiedit.forward.prefix import compute_prefix_state
+from mobiedit.journal import Journal, apply_factors
+from mobiedit.models import load_model
+from mobiedit.requests import EditRequest
+from mobiedit.rome.config import ContextConfig, ObjectiveConfig
+from mobiedit.rome.context import build_edit_inputs
+from mobiedit.zo import ZOConfig
+
+from mobiedit.export.bundle import export_bundle, load_bundle
+from mobiedit.export.calibration import edit_correlation
+from mobiedit.export.config import (EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig,
+                                    QuantizeConfig)
+from mobiedit.export.generate import CacheShape, greedy_tokens
+from mobiedit.export.graphs import EditModule, PrefixModule, StepModule
+from mobiedit.export.ops import bundle_tokens, edit_bundle, run_bundle, undo_bundle_edit
+from mobiedit.export.packing import edit_feed, feed_from_state, pack_edit
+from mobiedit.export.pipeline import build_modules, capture, lower_programs, prepare, program_models
+from mobiedit.export.runtime import EagerProgram, open_program
+
+pytestmark = pytest.mark.parametrize("tiny_model_dir", ["llama"], indirect=True)
+
+PROMPT = "The Eiffel Tower is located in the city of"
+REQUEST = EditRequest(case_id="t1", prompt="{} professionally plays the sport", subject="David Robinson",
+                      target_new="baseball", target_true="basketball")
+
+
+def _cfg(runtime: str = "executorch", scheme: str = "fp32") -> ExportConfig:
+    return ExportConfig(inference=InferenceShapes(max_seq_len=48, prefill_chunk=8, slots=4),
+                        edit_shapes=EditShapes(K=5, rows=4, suffix=20, prefix=24, targets=24, kl=1),
+                        quant=QuantizeConfig(scheme=scheme, calibration_batches=2),
+                        lower=LowerConfig(runtime=runtime),
+                        edit=EditSetup(layer=1, context=ContextConfig(lengths=((2, 2),)), stats_limit=100))
+
+
+@pytest.fixture(scope="session")
+def bundles(tiny_model_dir, tmp_path_factory):
+    """fp32 ExecuTorch and ONNX bundles and the shipped ONNX QDQ bundle, exported once."""
+    root = tmp_path_factory.mktemp("bundles")
+    out = {}
+    for name, runtime, scheme in (("et", "executorch", "fp32"), ("onnx", "onnxruntime", "fp32"),
+                                  ("qdq", "onnxruntime", "qdq_a16w8")):
+        out[name] = export_bundle(tiny_model_dir, root / name, _cfg(runtime, scheme))
+    return out
+
+
+@pytest.fixture(scope="session")
+def et_quant(tiny_model_dir, tmp_path_factory):
+    """The shipped ExecuTorch int8 configuration (8da8w inference, delta-decomposed 8da8w edit) — decode and edit
+    programs only (decode also feeds the prompt, one token per call) — plus the eager quantized
+    modules they came from."""
+    cfg = _cfg("executorch", "8da8w")
+    prep = prepare(tiny_model_dir, cfg)
+    modules = build_modules(prep, program_models(prep, cfg), cfg, ("decode", "edit"))
+    folder = tmp_path_factory.mktemp("et_quant")
+    specs = lower_programs(capture(modules, prep, cfg), modules, folder, prep, cfg)
+    loaded: dict = {}
+    progs = {r: open_program("executorch", folder / s["file"], s["method"], s["inputs"], s["outputs"], loaded)
+             for r, s in specs.items()}
+    return prep, modules, progs
+
+
+def _copy(path, tmp_path):
+    dst = tmp_path / "bundle"
+    shutil.copytree(path, dst)
+    return dst
+
+
+def _edit_feed(lm, bundle):
+    """A realistic edit-program feed (eager PrefixState of REQUEST with the bundle's templates)."""
+    m = bundle.manifest
+    obj = ObjectiveConfig()
+    inputs = build_edit_inputs(lm.tokenizer, REQUEST, m["edit"]["templates"], obj)
+    state = compute_prefix_state(lm.model, lm.family, m["edit_layer"], inputs)
+    s = m["shapes"]
+    shapes = EditShapes(K=s["edit_K"], rows=s["edit_rows"], suffix=s["edit_suffix"], prefix=s["edit_prefix"],
+                        targets=s["edit_targets"], kl=s["edit_kl"])
+    packed = pack_edit(inputs, shapes, obj)
+    return feed_from_state(state, packed, shapes), packed, shapes, state
+
+
+def test_manifest_lists_every_file(tiny_model_dir, bundles):
+    for name, path in bundles.items():
+        b = load_bundle(path)
+        m = b.manifest
+        assert m["format_version"] == 1 and m["model_family"] == "llama"
+        assert m["edit_module"] == "model.layers.1.mlp.down_proj"
+        on_disk = {p.name for p in path.iterdir() if p.is_file()} - {"manifest.json"}
+        assert set(m["files"]) == on_disk
+        assert {"prefill", "decode", "edit", "prefix"} == set(m["programs"])
+        assert (path / "journal" / "journal.jsonl").is_file() and "journal" not in m["files"]
+        assert len(m["edit"]["templates"]) == 3
+    assert load_bundle(bundles["et"]).manifest["programs"]["edit"] == {
+        **load_bundle(bundles["et"]).manifest["programs"]["edit"], "file": "model.pte", "method": "edit"}
+
+
+def test_fp32_programs_match_eager(tiny_model_dir, bundles):
+    """Edit and prefix programs: eager vs .pte vs .onnx within 1e-4."""
+    lm = load_model(tiny_model_dir)
+    et, ox = load_bundle(bundles["et"]), load_bundle(bundles["onnx"])
+    feed, packed, shapes, state = _edit_feed(lm, et)
+    edit = EditModule(lm.model, lm.family, 1, shapes)
+    scale = float(state.v_init.norm()) / math.sqrt(state.v_init.shape[0])
+    g = torch.Generator().manual_seed(0)
+    deltas = torch.randn(shapes.K, state.v_init.shape[0], generator=g) * scale * torch.linspace(0, 1, shapes.K).view(-1, 1)
+    f = {**feed, "deltas": deltas}
+    ref = EagerProgram(edit, *edit.io()).run(f)
+    for b in (et, ox):
+        got = b.program("edit").run(f)
+        assert (got["losses"] - ref["losses"]).abs().max() < 1e-4, (b.runtime, got["losses"], ref["losses"])
+        assert torch.equal(got["correct"], ref["correct"])
+    prefix = PrefixModule(lm.model, lm.family, 1, shapes, 4)
+    pf = {**packed.prefix_feed, "slot_u": torch.randn(4, 64, generator=g) * 0.1,
+          "slot_w": torch.randn(4, 128, generator=g) * 0.1}
+    pref = EagerProgram(prefix, *prefix.io()).run(pf)
+    for b in (et, ox):
+        got = b.program("prefix").run(pf)
+        for k, v in pref.items():
+            assert (got[k] - v).abs().max() < 1e-4, (b.runtime, k)
+
+
+def test_bundle_greedy_equals_eager_greedy(tiny_model_dir, bundles):
+    lm = load_model(tiny_model_dir)
+    shapes = InferenceShapes(max_seq_len=48, prefill_chunk=8, slots=4)
+    pre, dec = (StepModule(lm.model, lm.family, 1, c, shapes) for c in (8, 1))
+    d = pre.dims
+    ids = lm.tokenizer(PROMPT)["input_ids"]
+    eager = greedy_tokens(EagerProgram(pre, *pre.io()), EagerProgram(dec, *dec.io()), ids, 16,
+                          CacheShape(d.num_layers, d.num_kv_heads, 48, d.head_dim, 8),
+                          torch.zeros(4, d.d_out), torch.zeros(4, d.d_in), eos_id=lm.tokenizer.eos_token_id)
+    hf = lm.model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)[0, len(ids):].tolist()
+    assert eager == hf[:len(eager)]
+    for name in ("et", "onnx"):
+        assert bundle_tokens(bundles[name], PROMPT, 16) == eager, name
+    assert run_bundle(bundles["et"], PROMPT, 16) == lm.tokenizer.decode(eager, skip_special_tokens=True)
+
+
+def _forcing_factors(lm, token: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rank-one factors making ``token`` the next greedy token after PROMPT: w reads the edit
+    layer's key at the last prompt token, u pushes the residual toward ``token``'s unembedding."""
+    from mobiedit.hooks import record
+
+    mod = get_module(lm.model, lm.family.mlp_out, 1)
+    with torch.no_grad(), record(mod) as rec:
+        lm.model(input_ids=torch.tensor([lm.tokenizer(PROMPT)["input_ids"]]))
+    k = rec.input[0, -1]
+    w = k / k.dot(k)
+    u = lm.model.lm_head.weight[token].detach() * 200.0
+    return u, w, mod.weight.detach().clone()
+
+
+def test_journal_edit_changes_answer_without_reexport_and_undo_restores(tiny_model_dir, bundles, tmp_path):
+    lm = load_model(tiny_model_dir)
+    path = _copy(bundles["et"], tmp_path)
+    before = bundle_tokens(path, PROMPT, 6)
+    forced = 7 if before[0] != 7 else 9
+    u, w, base = _forcing_factors(lm, forced)
+    entry = Journal.open(path / "journal").record(REQUEST, "test", "llama", 1, "model.layers.1.mlp.down_proj",
+                                                  u, w, base)
+    after = bundle_tokens(path, PROMPT, 6)
+    assert after[0] == forced and after != before
+    assert run_bundle(path, PROMPT, 6) != run_bundle(bundles["et"], PROMPT, 6)
+    # the slot arithmetic equals the journal's weight arithmetic on the HF model
+    with torch.no_grad():
+        get_module(lm.model, lm.family.mlp_out, 1).weight.copy_(apply_factors(base, u, w, True))
+    ids = lm.tokenizer(PROMPT)["input_ids"]
+    assert lm.model.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False)[0, len(ids):].tolist() == after
+    load_bundle(path)  # the journal is outside the checksummed files: the bundle still verifies
+    undo_bundle_edit(path, entry.id)
+    assert bundle_tokens(path, PROMPT, 6) == before
+
+
+def test_edit_bundle_loop_matches_the_eager_method(tiny_model_dir, bundles, tmp_path):
+    """Bundle edit loop (prefix + edit programs, native ZO) == mobiedit_edit on the HF model."""
+    from mobiedit.forward.quant import QuantConfig
+    from mobiedit.methods.common import ModelContext
+    from mobiedit.methods.zo_edit import MobiEditConfig, mobiedit_edit
+
+    path = _copy(bundles["et"], tmp_path)
+    b = load_bundle(path)
+    zo = ZOConfig(estimator="fzoo", n_dirs=b.manifest["shapes"]["edit_K"] - 1, h=0.05, optimizer="adam", lr=0.5,
+                  max_steps=4, max_evals=1000, check_every=1, seed=3)
+    [res] = edit_bundle(b, [REQUEST], zo, force=True)
+    lm = load_model(tiny_model_dir)
+    ref = mobiedit_edit(lm, REQUEST, MobiEditConfig(layer=1, zo=zo, quant=QuantConfig("none")),
+                        ModelContext(templates=b.manifest["edit"]["templates"]))
+    assert res.applied and res.status == ref.status and res.loss_evals == ref.loss_evals
+    assert len(res.losses) == len(ref.losses) >= 3
+    for a, r in zip(res.losses, ref.losses):
+        assert abs(a - r) <= 1e-3 * max(1.0, abs(r)), (res.losses, ref.losses)
+    journal = Journal.open(path / "journal")
+    [entry] = journal.entries(active_only=True)
+    assert entry.method == "mobiedit-bundle" and entry.request["case_id"] == "t1"
+    u, w = journal.load_factors(entry)
+    assert torch.isfinite(u).all() and u.shape == (64,) and w.shape == (128,)
+    undo_bundle_edit(path, entry.id)
+    assert Journal.open(path / "journal").entries(active_only=True) == []
+
+
+def test_shipped_quantized_edit_programs_keep_the_loss_signal(tiny_model_dir, bundles, et_quant):
+    lm = load_model(tiny_model_dir)
+    qdq = load_bundle(bundles["qdq"])
+    feed, _, shapes, state = _edit_feed(lm, qdq)
+    ref = EditModule(lm.model, lm.family, 1, shapes)
+    ref = EagerProgram(ref, *ref.io())
+    scale = float(state.v_init.norm()) / math.sqrt(state.v_init.shape[0])
+    _, _, progs = et_quant
+    corr = {"onnxruntime qdq_a16w8": edit_correlation(ref, qdq.program("edit"), feed, shapes.K, 64, scale),
+            "executorch 8da8w/delta": edit_correlation(ref, progs["edit"], feed, shapes.K, 64, scale)}
+    print("\nedit-program loss correlation with fp32 (tiny random llama):", json.dumps(corr, indent=1))
+    assert qdq.manifest["checks"]["edit_correlation"]["min"] >= 0.99
+    for name, c in corr.items():
+        assert c["min"] >= 0.99, (name, c)
+
+
+def test_quantized_programs_decode_like_eager_quantized(tiny_model_dir, et_quant):
+    prep, modules, progs = et_quant
+    d = prep.dims
+    cache = CacheShape(d.num_layers, d.num_kv_heads, 48, d.head_dim, 1)  # prompt fed by decode
+    ids = prep.lm.tokenizer(PROMPT)["input_ids"]
+    zeros = torch.zeros(4, d.d_out), torch.zeros(4, d.d_in)
+    dec = EagerProgram(modules["decode"], *modules["decode"].io())
+    eager = greedy_tokens(dec, dec, ids, 12, cache, *zeros)
+    assert greedy_tokens(progs["decode"], progs["decode"], ids, 12, cache, *zeros) == eager
+
+
+def test_tampered_and_newer_bundles_are_refused(bundles, tmp_path):
+    path = _copy(bundles["onnx"], tmp_path)
+    tok = path / "tokenizer.json"
+    tok.write_bytes(tok.read_bytes().replace(b'"', b"'", 1))
+    with pytest.raises(BundleError, match="files.tokenizer.json.*sha256"):
+        load_bundle(path)
+    shutil.copy2(bundles["onnx"] / "tokenizer.json", tok)
+    load_bundle(path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    for patch, pattern in (({"format_version": 2}, "format_version.*newer.*upgrade"),
+                           ({"runtime": "tflite"}, "runtime"),
+                           ({"slots": 0}, "slots"),
+                           ({"files": {k: v for k, v in manifest["files"].items() if k != "edit.onnx"}}, "programs")):
+        (path / "manifest.json").write_text(json.dumps({**manifest, **patch}))
+        with pytest.raises(BundleError, match=pattern):
+            load_bundle(path)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "edit.onnx").unlink()
+    with pytest.raises(BundleError, match="missing"):
+        load_bundle(path)
+
+
+def test_cli_run_and_undo(bundles, tmp_path, capsys):
+    import argparse
+
+    from mobiedit.export.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["run", str(bundles["onnx"]), "--prompt", PROMPT, "--max-new-tokens", "5"])
+    assert args.fn(args) == 0
+    assert capsys.readouterr().out.strip("\n") == run_bundle(bundles["onnx"], PROMPT, 5)
+    args = parser.parse_args(["export", "--model", "m", "--out", "o", "--runtime", "onnxruntime"])
+    assert args.quant is None and args.fn.__name__ == "cmd_export"

@@ -1,0 +1,42 @@
+"""Export configs validate themselves and name the offending field."""
+from __future__ import annotations
+
+import pytest
+
+from mobiedit.errors import ConfigError
+from mobiedit.export.config import (EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig,
+                                    QuantizeConfig)
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda: InferenceShapes(max_seq_len=1), "inference.max_seq_len"),
+    (lambda: InferenceShapes(max_seq_len=16, prefill_chunk=32), "inference.prefill_chunk"),
+    (lambda: InferenceShapes(slots=0), "inference.slots"),
+    (lambda: EditShapes(K=0), "edit_shapes.K"),
+    (lambda: EditShapes(rows=2, kl=2), "edit_shapes.kl"),
+    (lambda: QuantizeConfig(scheme="int3"), "quant.scheme"),
+    (lambda: QuantizeConfig(edit_scheme="int3"), "quant.edit_scheme"),
+    (lambda: QuantizeConfig(qdq_ops=()), "quant.qdq_ops"),
+    (lambda: LowerConfig(runtime="tflite"), "lower.runtime"),
+    (lambda: EditSetup(layer=-1), "edit.layer"),
+    (lambda: EditSetup(ridge=2.0), "edit.ridge"),
+    (lambda: ExportConfig(quant=QuantizeConfig(scheme="8da8w"), lower=LowerConfig(runtime="onnxruntime")),
+     "quant.scheme"),
+    (lambda: ExportConfig(quant=QuantizeConfig(scheme="qdq_a16w8")), "quant"),
+    (lambda: ExportConfig(inference="big"), "ExportConfig.inference"),
+])
+def test_invalid_values_name_the_field(build, field):
+    with pytest.raises(ConfigError) as e:
+        build()
+    assert field in str(e.value) and "fix:" in str(e.value)
+
+
+def test_edit_scheme_resolution():
+    assert ExportConfig().quant.resolved_edit_scheme == "fp32"
+    for scheme in ("8da8w", "8da4w"):
+        q = ExportConfig(quant=QuantizeConfig(scheme=scheme)).quant
+        assert q.resolved_edit_scheme == "w8"  # per-token int8 activations would erase the ZO signal
+        assert QuantizeConfig(scheme=scheme, edit_scheme="same").resolved_edit_scheme == scheme
+    q = ExportConfig(quant=QuantizeConfig(scheme="qdq_a16w8"), lower=LowerConfig(runtime="onnxruntime")).quant
+    assert q.resolved_edit_scheme == "qdq_a16w8"
+    assert EditShapes(prefix=10, suffix=6).tokens == 16
