@@ -5,8 +5,11 @@ plus the one table below; no code branches on a model's name. The export graphs 
 decoder blocks themselves (so every family-specific detail — biases, GQA, q/k norms — is the HF
 code's), but they build masks and positions themselves and hand the blocks:
 
-* an *additive* float mask ``[B, 1, Q, K]`` (0 = visible, :data:`NEG` = hidden) for the HF
-  ``eager`` attention (matmul + add + softmax + matmul; no sdpa, no HF mask building);
+* an *additive* float mask (0 = visible, :data:`NEG` = hidden), pre-tiled for
+  :func:`static_attention`, which :func:`use_static_attention` installs as the model's attention
+  implementation (rank-4 matmul + add + softmax + matmul; no sdpa, no HF mask building). This
+  switches the model's ``config._attn_implementation``; HF's own forwards keep working (masks
+  come from HF's eager mask function) and give the same results;
 * ``position_embeddings`` from the family's rotary module (or learned positions added to the
   token embedding, see :data:`POSITION_EMBED`);
 * a :class:`RecordingKV` as ``past_key_values``: it prepends fixed past K/V and records the new

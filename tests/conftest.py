@@ -49,8 +49,14 @@ def tiny_model_dir(request, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
-    """A private cache for the whole test session (fact LM, key statistics)."""
-    path = tmp_path_factory.mktemp("mobiedit_cache")
+    """A private cache for the whole test session (fact LM, key statistics).
+
+    ``MOBIEDIT_TEST_CACHE`` (developers only) reuses a cache folder across runs; CI leaves it
+    unset, so every CI run trains the small fact LM afresh."""
+    from pathlib import Path
+
+    reuse = os.environ.get("MOBIEDIT_TEST_CACHE")
+    path = Path(reuse) if reuse else tmp_path_factory.mktemp("mobiedit_cache")
     old = os.environ.get("MOBIEDIT_CACHE")
     os.environ["MOBIEDIT_CACHE"] = str(path)
     yield path
