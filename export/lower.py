@@ -103,15 +103,54 @@ def to_onnx(program: torch.export.ExportedProgram, path: Path, inputs: list[str]
 
     t0 = time.perf_counter()
     try:
-        onnx_program = torch.onnx.export(program, (), None, input_names=inputs, output_names=outputs,
-                                         opset_version=opset, dynamo=True, optimize=True, verify=False)
+        onnx_program = torch.onnx.export(program, (), None, input_names=inputs, opset_version=opset, dynamo=True,
+                                         optimize=True, verify=False)
         model = onnx_program.model_proto
+        have = [i.name for i in model.graph.input]
+        if have != list(inputs):
+            raise LoweringError(f"graph inputs {have} differ from {inputs}", where=path.name,
+                                fix="report this with the model's config.json")
+        name_outputs(model, outputs)
+    except LoweringError:
+        raise
     except Exception as e:
         raise LoweringError(f"ONNX export failed: {str(e).splitlines()[0][:300]}", where=f"{path.name}",
                             fix="run with -v and report the log") from e
     size = save_onnx(model, path)
     log.info("exported %s (%.1f MB) in %.1fs", path.name, size / 1e6, time.perf_counter() - t0)
     return size
+
+
+def _rename_value(model, old: str, new: str) -> None:
+    for node in model.graph.node:
+        node.input[:] = [new if v == old else v for v in node.input]
+        node.output[:] = [new if v == old else v for v in node.output]
+    for vi in list(model.graph.output) + list(model.graph.value_info):
+        if vi.name == old:
+            vi.name = new
+
+
+def name_outputs(model, names: list[str]) -> None:
+    """Give the graph outputs ``names`` (in order), first moving aside any intermediate value that
+    already carries one of them (the exporter names values after FX nodes, e.g. ``cos``; asking it
+    for an output called ``cos`` can produce two definitions of one name)."""
+    if len(model.graph.output) != len(names):
+        raise LoweringError(f"{len(model.graph.output)} graph outputs, expected {names}", where="ONNX export",
+                            fix="report this")
+    taken = {v for n in model.graph.node for v in n.output} | {i.name for i in model.graph.input}
+    for out, want in zip(list(model.graph.output), names):
+        if out.name == want:
+            continue
+        if want in taken:
+            fresh, k = f"{want}__v", 0
+            while fresh in taken:
+                k += 1
+                fresh = f"{want}__v{k}"
+            _rename_value(model, want, fresh)
+            taken.add(fresh)
+        old = out.name
+        _rename_value(model, old, want)
+        taken.add(want)
 
 
 def save_onnx(model, path: Path) -> int:

@@ -33,9 +33,10 @@ def test_invalid_values_name_the_field(build, field):
 
 def test_edit_scheme_resolution():
     assert ExportConfig().quant.resolved_edit_scheme == "fp32"
+    # plain per-token int8 activations would erase the ZO signal: delta-decomposed / weight-only
+    assert ExportConfig(quant=QuantizeConfig(scheme="8da8w")).quant.resolved_edit_scheme == "delta"
+    assert ExportConfig(quant=QuantizeConfig(scheme="8da4w")).quant.resolved_edit_scheme == "w8"
     for scheme in ("8da8w", "8da4w"):
-        q = ExportConfig(quant=QuantizeConfig(scheme=scheme)).quant
-        assert q.resolved_edit_scheme == "w8"  # per-token int8 activations would erase the ZO signal
         assert QuantizeConfig(scheme=scheme, edit_scheme="same").resolved_edit_scheme == scheme
     q = ExportConfig(quant=QuantizeConfig(scheme="qdq_a16w8"), lower=LowerConfig(runtime="onnxruntime")).quant
     assert q.resolved_edit_scheme == "qdq_a16w8"
