@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--float-head", action="store_true", help="keep the LM head and embedding float")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    for noisy in ("torch", "onnxscript", "onnx_ir", "torchao", "executorch", "root", "transformers"):
+    for noisy in ("torch", "onnxscript", "onnx_ir", "torchao", "executorch", "transformers"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     print(json.dumps(bench_export(a.out, a.model, bench_config(a.runtime, a.quant, a.float_head), a.decode_tokens), indent=1))
     return 0

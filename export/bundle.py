@@ -43,6 +43,22 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def pack_symmetric(m: torch.Tensor) -> torch.Tensor:
+    """The upper triangle (row-major, diagonal included) of a symmetric matrix: half the bytes."""
+    m = (m + m.T) / 2
+    i, j = torch.triu_indices(m.shape[0], m.shape[0])
+    return m[i, j].contiguous()
+
+
+def unpack_symmetric(tri: torch.Tensor, n: int) -> torch.Tensor:
+    """Inverse of :func:`pack_symmetric`."""
+    i, j = torch.triu_indices(n, n)
+    out = torch.empty(n, n, dtype=tri.dtype)
+    out[i, j] = tri
+    out[j, i] = tri
+    return out
+
+
 def _created_by() -> str:
     try:
         from importlib.metadata import version
@@ -100,7 +116,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
                      checks["edit_correlation"])
         probes = prep.templates + [r.rewrite_prompt for r, _ in edits[:4]] + ["Hello world. The capital of France is"]
         special = save_tokenizer(tok, tmp / TOKENIZER, probes)
-        save_file({"c_inv": prep.c_inv.contiguous(), "base_weight": prep.base_weight.float().contiguous()},
+        save_file({"c_inv_triu": pack_symmetric(prep.c_inv), "base_weight": prep.base_weight.float().contiguous()},
                   str(tmp / KEYSTATS), metadata={"module": prep.module_name})
         Journal.open(tmp / JOURNAL)
         checks["export_seconds"] = round(time.perf_counter() - t0, 1)
@@ -220,7 +236,15 @@ class Bundle:
         return self._tok
 
     def keystats(self) -> dict[str, torch.Tensor]:
-        return load_file(str(self.path / KEYSTATS))
+        """{"c_inv" [d_in, d_in], "base_weight"} (C⁻¹ is stored as its upper triangle)."""
+        stats = load_file(str(self.path / KEYSTATS))
+        d_in = self.manifest["dims"]["intermediate_size"]
+        try:
+            stats["c_inv"] = unpack_symmetric(stats.pop("c_inv_triu"), d_in)
+        except (KeyError, RuntimeError) as e:
+            raise BundleError(f"no valid c_inv_triu for d_in={d_in} ({e})", where=str(self.path / KEYSTATS),
+                              fix="re-export the bundle") from None
+        return stats
 
     def journal(self) -> Journal:
         return Journal.open(self.path / JOURNAL)

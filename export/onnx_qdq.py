@@ -37,6 +37,21 @@ def island_nodes(model, islands: set[str], op_types: tuple[str, ...]) -> list[st
     return [n.name for n in model.graph.node if n.op_type in op_types and in_island(_onnx_module_path(n), islands)]
 
 
+def _restore_metadata(src_model, dst: Path) -> None:
+    """Copy each node's metadata (module path scopes) from the fp32 model to the nodes the
+    quantizer copied by name, so :func:`~mobiedit.export.lint.lint_onnx` finds the islands."""
+    import onnx
+
+    from .lower import save_onnx
+
+    meta = {n.name: list(n.metadata_props) for n in src_model.graph.node if n.metadata_props}
+    model = onnx.load(str(dst))
+    for node in model.graph.node:
+        if node.name in meta and not node.metadata_props:
+            node.metadata_props.extend(meta[node.name])
+    save_onnx(model, dst)
+
+
 def qdq_quantize(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], islands: set[str],
                  cfg: QuantizeConfig) -> dict[str, int]:
     """Write the QDQ version of ``src`` to ``dst``. Returns {"quantized_ops", "excluded_ops"}."""
@@ -53,7 +68,9 @@ def qdq_quantize(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], islan
                               weight_type=QuantType.QInt8, per_channel=True,
                               op_types_to_quantize=list(cfg.qdq_ops), nodes_to_exclude=exclude)
     qcfg.nodes_to_exclude = exclude
+    qcfg.use_external_data_format = (src.parent / (src.name + ".data")).exists()  # > 2 GB models
     quantize(str(src), str(dst), qcfg)
+    _restore_metadata(model, dst)
     log.info("QDQ a16w8 %s: %d %s nodes quantized, %d float (islands)", dst.name, len(ops) - len(exclude),
              "/".join(cfg.qdq_ops), len(exclude))
     return {"quantized_ops": len(ops) - len(exclude), "excluded_ops": len(exclude), "excluded": exclude}

@@ -104,6 +104,9 @@ def test_manifest_lists_every_file(tiny_model_dir, bundles):
         assert {"prefill", "decode", "edit", "prefix"} == set(m["programs"])
         assert (path / "journal" / "journal.jsonl").is_file() and "journal" not in m["files"]
         assert len(m["edit"]["templates"]) == 3
+        ks = b.keystats()
+        assert ks["c_inv"].shape == (128, 128) and torch.equal(ks["c_inv"], ks["c_inv"].T)
+        assert ks["base_weight"].shape == (64, 128)
     assert load_bundle(bundles["et"]).manifest["programs"]["edit"] == {
         **load_bundle(bundles["et"]).manifest["programs"]["edit"], "file": "model.pte", "method": "edit"}
 
