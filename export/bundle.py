@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from mobiedit.atomic import atomic_dir
 from mobiedit.errors import BundleError
@@ -116,8 +116,11 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
                      checks["edit_correlation"])
         probes = prep.templates + [r.rewrite_prompt for r, _ in edits[:4]] + ["Hello world. The capital of France is"]
         special = save_tokenizer(tok, tmp / TOKENIZER, probes)
-        save_file({"c_inv_triu": pack_symmetric(prep.c_inv), "base_weight": prep.base_weight.float().contiguous()},
-                  str(tmp / KEYSTATS), metadata={"module": prep.module_name})
+        # serialized in memory and written by Python: safetensors' save_file creates its file 0600,
+        # every other bundle file gets the usual 0666 minus the umask
+        (tmp / KEYSTATS).write_bytes(save({"c_inv_triu": pack_symmetric(prep.c_inv),
+                                           "base_weight": prep.base_weight.float().contiguous()},
+                                          metadata={"module": prep.module_name}))
         Journal.open(tmp / JOURNAL)
         checks["export_seconds"] = round(time.perf_counter() - t0, 1)
         checks["capture_seconds"] = round(t_capture, 1)

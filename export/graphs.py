@@ -11,7 +11,8 @@ order) are given by each module's :meth:`io`; :meth:`example_inputs` builds a va
   the per-edit state of :class:`EditModule`, the keys/values of the edit layer at the subject
   and the KL reference log-probs (the on-phone :func:`~mobiedit.forward.prefix.compute_prefix_state`).
 * :class:`EditModule` (``edit``): :class:`~mobiedit.forward.graph.PrefixGraph` with every state
-  tensor an input, padded, with read-out weights instead of boolean indexing.
+  tensor an input, padded, with read-out weights instead of boolean indexing. Every input is
+  float32 or int64 (its attention mask too: no host runtime has to build bool tensors).
 
 Slots: prefill/decode/prefix take ``slot_u`` [slots, d_out], ``slot_w`` [slots, d_in]; the edit
 layer's ``mlp_out`` output becomes ``W x + Σ_s (w_s · x) u_s``.
@@ -158,13 +159,18 @@ class PrefixModule(torch.nn.Module):
 class EditModule(torch.nn.Module):
     """K value deltas → (losses [K], correct [K, B]) over a padded per-edit state (all inputs).
 
-    Inputs: deltas [K, d]; h_suffix [B, S, d]; prefix_kv [2(L-l-1)·B, Hkv, P, hd]; mask
-    [B, 1, S, P+S] bool; cos, sin [B, S, hd] (rotary families); target_index [R_t] (flat b*S + j);
-    target_label [R_t]; target_weight [R_t] (1/(target_len·n_rewrite), 0 = padding); target_rows
-    [R_t, B] (1/target_len at the read-out's row); kl_index [R_kl]; kl_ref [R_kl, V]; kl_weight
-    [R_kl] (kl_factor/n_kl, 0 = padding); wd_scale [1] (weight_decay/‖v_init‖²).
+    Inputs: deltas [K, d] (d = d_out, the edited module's output size = the residual width);
+    h_suffix [B, S, d]; prefix_kv [2(L-l-1)·B, Hkv, P, hd]; mask [B, 1, S, P+S] int64 (nonzero =
+    may attend; turned into bool inside the graph, so hosts never build bool tensors); cos, sin
+    [B, S, hd] (rotary families); target_index [R_t] (flat b*S + j); target_label [R_t];
+    target_weight [R_t] (1/(target_len·n_rewrite), 0 = padding); target_rows [R_t, B] (1 at the
+    read-out's row, else 0); kl_suffix_index [R_kl] (flat b*S + j, unlike the prefix program's
+    ``kl_index``); kl_ref [R_kl, V]; kl_weight [R_kl] (kl_factor/n_kl, 0 = padding); wd_scale [1]
+    (weight_decay/‖v_init‖²).
     loss_k = Σ_r w_r·NLL_r + Σ_r kw_r·KL_r + wd_scale·‖δ_k‖ — the objective of
-    :mod:`mobiedit.rome.objective`; ``correct`` = share of each row's targets that are the argmax.
+    :mod:`mobiedit.rome.objective`; ``correct[k, b]`` = how many of row b's target tokens are the
+    argmax: a sum of 0/1 terms, so an exact integer in float32 (a rewrite row holds iff it equals
+    target_len).
 
     ``base_row``: also run δ = 0 as row group 0 (rows ``0..B-1``; its losses are dropped), which
     :class:`~mobiedit.export.quantize.DeltaLinear` needs to quantize only the deltas' effect.
@@ -181,16 +187,16 @@ class EditModule(torch.nn.Module):
     def io(self) -> tuple[list[str], list[str]]:
         rope = ["cos", "sin"] if self.has_rope else []
         return (["deltas", "h_suffix", "prefix_kv", "mask"] + rope +
-                ["target_index", "target_label", "target_weight", "target_rows", "kl_index", "kl_ref",
+                ["target_index", "target_label", "target_weight", "target_rows", "kl_suffix_index", "kl_ref",
                  "kl_weight", "wd_scale"], ["losses", "correct"])
 
     def example_inputs(self) -> tuple[torch.Tensor, ...]:
         s, d = self.shapes, self.dims
         B, S, P = s.rows, s.suffix, s.prefix
-        mask = torch.zeros(B, 1, S, P + S, dtype=torch.bool)
-        mask[..., 0] = True
+        mask = torch.zeros(B, 1, S, P + S, dtype=I64)
+        mask[..., 0] = 1
         rope = (torch.ones(B, S, d.head_dim), torch.zeros(B, S, d.head_dim)) if self.has_rope else ()
-        return (torch.zeros(s.K, d.hidden_size), torch.zeros(B, S, d.hidden_size),
+        return (torch.zeros(s.K, d.d_out), torch.zeros(B, S, d.hidden_size),
                 torch.zeros(2 * (d.num_layers - self.layer - 1) * B, d.num_kv_heads, P, d.head_dim), mask, *rope,
                 torch.zeros(s.targets, dtype=I64), torch.zeros(s.targets, dtype=I64), torch.zeros(s.targets),
                 torch.zeros(s.targets, B), torch.zeros(s.kl, dtype=I64),
@@ -212,7 +218,7 @@ class EditModule(torch.nn.Module):
 
         first = (h_suffix[:, :1].unsqueeze(0) + deltas.view(K, 1, 1, d)).reshape(K * B, 1, d)       # row k*B + b
         x = torch.cat([first, rep(h_suffix[:, 1:])], dim=1)                                      # [K*B, S, d]
-        m = rep(tile_mask(additive(mask), gqa_groups(self.dims)))
+        m = rep(tile_mask(additive(mask != 0), gqa_groups(self.dims)))
         pe = (rep(cos), rep(sin)) if self.has_rope else None
         Lr = prefix_kv.shape[0] // (2 * B)
         cache = RecordingKV({self.layer + 1 + n: (rep(prefix_kv[2 * n * B:(2 * n + 1) * B]),
@@ -227,7 +233,7 @@ class EditModule(torch.nn.Module):
         lp_t = logp[:, :R_t].gather(-1, t_label.view(1, R_t, 1).expand(K, R_t, 1)).squeeze(-1)
         nll = -(lp_t * t_weight.view(1, R_t)).sum(-1)
         hit = (logits[:, :R_t].argmax(-1) == t_label.view(1, R_t)).to(F32)
-        correct = (hit.unsqueeze(-1) * t_rows.unsqueeze(0)).sum(1)                           # [K, B]
+        correct = (hit.unsqueeze(-1) * t_rows.unsqueeze(0)).sum(1)                 # [K, B] hit counts
         new = logp[:, R_t:]
         kl = ((kl_ref.exp() * (kl_ref - new)).sum(-1) * kl_weight.view(1, -1)).sum(-1)
         if self.base_row:

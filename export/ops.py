@@ -22,23 +22,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mobiedit.errors import ConfigError
+from mobiedit.errors import BundleError, ConfigError
 from mobiedit.families import FAMILIES
 from mobiedit.journal import Journal, JournalEntry
 from mobiedit.requests import EditRequest
 from mobiedit.rome.config import ObjectiveConfig
 from mobiedit.rome.context import build_edit_inputs
+from mobiedit.rome.objective import edit_holds
 from mobiedit.zo import ZOConfig, run_zo
 from mobiedit.zo.rank_one import rank_one_factors
 
 from .bundle import Bundle, load_bundle
 from .config import EditShapes
 from .generate import CacheShape, greedy_tokens
-from .packing import edit_feed, pack_edit
+from .packing import EDIT_INPUTS, edit_feed, pack_edit
 
 log = logging.getLogger(__name__)
 
-SUCCESS_RULES = ("all_prompts", "plain_prompt")
 METHOD = "mobiedit-bundle"
 
 
@@ -94,7 +94,8 @@ def _shapes(m: dict) -> EditShapes:
 
 
 class _EditGraph:
-    """The bundle's edit program over one edit's state: any number of deltas, batched by K."""
+    """The bundle's edit program over one edit's state: any number of deltas, batched by K.
+    Returns (losses [n], correct [n, n_rewrite]): per rewrite row, the count of argmax targets."""
 
     def __init__(self, program, feed: dict[str, torch.Tensor], K: int, n_rewrite: int) -> None:
         self.program, self.feed, self.K, self.n_rewrite = program, feed, K, n_rewrite
@@ -114,8 +115,18 @@ class _EditGraph:
         return torch.cat(losses), torch.cat(correct)
 
 
-def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig, success_rule: str,
-              force: bool, backend: str) -> BundleEditResult:
+def _check_edit_interface(b: Bundle) -> None:
+    """Refuse, before anything runs, an edit program whose inputs this host does not feed."""
+    spec = b.manifest["programs"].get("edit") or {}
+    unknown = [n for n in spec.get("inputs", []) if n not in EDIT_INPUTS]
+    if unknown or "kl_suffix_index" not in spec.get("inputs", []):
+        raise BundleError(f"the edit program takes inputs {unknown or spec.get('inputs')} this mobiedit does not "
+                          f"feed (it feeds {list(EDIT_INPUTS)})", where=f"{b.path / 'manifest.json'}, field "
+                          "'programs.edit.inputs'", fix="re-export the bundle with this version of mobiedit")
+
+
+def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
+              success_fraction: float, success_nll: float, force: bool, backend: str) -> BundleEditResult:
     t0 = time.perf_counter()
     m = b.manifest
     objective = ObjectiveConfig(**m["edit"]["objective"])
@@ -131,9 +142,16 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
     def forward(D: np.ndarray) -> np.ndarray:
         return graph(torch.from_numpy(np.ascontiguousarray(D, dtype=np.float32)) * scale)[0].double().numpy()
 
+    v_norm = float(v_init.norm())
+
     def check(x: np.ndarray) -> bool:
-        _, c = graph(torch.from_numpy(np.array(x, dtype=np.float32)).view(1, -1) * scale)
-        return bool((c[0] >= 1.0 - 1e-6).all() if success_rule == "all_prompts" else c[0, 0] >= 1.0 - 1e-6)
+        # correct[k, b] counts row b's argmax targets exactly (integer-valued float32); the loss
+        # minus its decay term bounds the mean target NLL (the margin, as in mobiedit_edit)
+        delta = torch.from_numpy(np.array(x, dtype=np.float32)).view(1, -1) * scale
+        losses, c = graph(delta)
+        decay = objective.weight_decay * float(delta.norm()) / v_norm ** 2
+        return (edit_holds(c[0, : packed.n_rewrite] == packed.target_len, success_fraction)
+                and float(losses[0]) - decay <= success_nll)
 
     zcfg = dataclasses.replace(zo, max_norm=objective.clamp_norm_factor * math.sqrt(d))
     res = run_zo(forward, check, np.zeros(d, dtype=np.float32), zcfg, backend=backend)
@@ -153,7 +171,8 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
                                torch.from_numpy(w), base,
                                metrics={"status": res.status.value, "succeeded": succeeded, "loss_evals": graph.evals,
                                         "final_loss": res.history[-1] if res.history else None},
-                               config={"zo": zcfg.as_dict(), "success_rule": success_rule, "runtime": b.runtime})
+                               config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
+                                       "success_nll": success_nll, "runtime": b.runtime})
     log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, res.status.value, entry is not None, graph.evals)
     return BundleEditResult(request=req, status=res.status.value, succeeded=succeeded, applied=entry is not None,
                             entry=entry, loss_evals=graph.evals, wall_time=time.perf_counter() - t0,
@@ -161,21 +180,27 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
 
 
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,
-                success_rule: str = "all_prompts", force: bool = False, backend: str = "native"
+                success_fraction: float = 0.75, success_nll: float = 0.5, force: bool = False,
+                backend: str = "native"
                 ) -> list[BundleEditResult]:
     """Edit ``requests`` one after another through the bundle's prefix + edit programs.
 
     Each applied edit is journaled before the next request starts (so it sits in a slot for the
-    next prefix run). An edit that misses ``success_rule`` within budget is not applied unless
-    ``force``. Raises BundleError when a request does not fit the programs' shapes, NumericalError
+    next prefix run). An edit that misses the success criterion (``mobiedit.rome.objective.edit_holds``
+    with ``success_fraction``, and the loss minus decay at most ``success_nll``, as ``mobiedit_edit``)
+    within budget is not applied unless ``force``. Raises BundleError when a request does not fit the programs' shapes, NumericalError
     on NaN/Inf.
     """
-    if success_rule not in SUCCESS_RULES:
-        raise ConfigError(f"unknown success_rule {success_rule!r}", where="success_rule", fix=f"use one of {SUCCESS_RULES}")
+    if not (0.0 <= success_fraction <= 1.0):
+        raise ConfigError(f"success_fraction={success_fraction} out of [0, 1]", where="success_fraction",
+                          fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
+    if not success_nll > 0:
+        raise ConfigError(f"success_nll={success_nll} must be > 0", where="success_nll", fix="e.g. 0.5")
     b = _open(bundle)
+    _check_edit_interface(b)
     journal, keystats = b.journal(), b.keystats()
     zo = zo or default_zo(b.manifest["shapes"]["edit_K"])
-    return [_edit_one(b, journal, keystats, r, zo, success_rule, force, backend) for r in requests]
+    return [_edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend) for r in requests]
 
 
 def _holder(module: str, weight: torch.Tensor) -> torch.nn.Module:

@@ -1,11 +1,13 @@
 """Host side of the edit programs: one edit's prompt batch → padded program inputs, and back.
 
 Contract: :func:`pack_edit` turns an :class:`~mobiedit.rome.context.EditInputs` into the fixed-size
-inputs of the ``prefix`` program plus the delta-independent inputs of the ``edit`` program (mask,
-read-outs and their weights); :func:`edit_feed` combines those with the ``prefix`` program's
-outputs. :func:`feed_from_state` pads an eager :class:`~mobiedit.forward.prefix.PrefixState`
-into the same feed (the parity oracle). Padding never changes a loss: padded rows see one zero
-key, padded read-outs have weight 0, padded keys are masked.
+inputs of the ``prefix`` program plus the delta-independent inputs of the ``edit`` program (mask
+as int64 0/1, read-outs and their weights; the KL read-outs are ``kl_index`` = b·N + last_b for
+the prefix program and ``kl_suffix_index`` = b·S + j for the edit program); :func:`edit_feed`
+combines those with the ``prefix`` program's outputs. :func:`feed_from_state` pads an eager
+:class:`~mobiedit.forward.prefix.PrefixState` into the same feed (the parity oracle). Padding
+never changes a loss: padded rows see one zero key, padded read-outs have weight 0, padded keys
+are masked.
 """
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ from mobiedit.rome.context import EditInputs
 from .config import EditShapes
 
 I64 = torch.int64
+
+#: every input name of the ``edit`` program a host feeds (cos / sin: rotary families only). A
+#: bundle whose edit program takes another name was written for a different interface (e.g. the
+#: earlier bool ``mask`` + ``kl_index`` one) and has to be re-exported.
+EDIT_INPUTS = ("deltas", "h_suffix", "prefix_kv", "mask", "cos", "sin", "target_index", "target_label",
+               "target_weight", "target_rows", "kl_suffix_index", "kl_ref", "kl_weight", "wd_scale")
 
 
 @dataclass
@@ -67,7 +75,7 @@ def pack_edit(inputs: EditInputs, shapes: EditShapes, objective: ObjectiveConfig
     subject_pos[:B] = s
     s_pad = torch.cat([s, torch.zeros(Bp - B, dtype=I64)])
     last_pad = torch.cat([last, torch.full((Bp - B,), -1, dtype=I64)])
-    mask = build_mask(s_pad, last_pad, Sp, Pp)
+    mask = build_mask(s_pad, last_pad, Sp, Pp).to(I64)  # int64 0/1: the programs take no bool inputs
 
     n_t = int(is_t.sum())
     t_index = torch.zeros(shapes.targets, dtype=I64)
@@ -77,7 +85,7 @@ def pack_edit(inputs: EditInputs, shapes: EditShapes, objective: ObjectiveConfig
     t_index[:n_t] = rr[is_t] * Sp + rp[is_t]
     t_label[:n_t] = rl[is_t]
     t_weight[:n_t] = 1.0 / (inputs.target_len * inputs.n_rewrite)
-    t_rows[torch.arange(n_t), rr[is_t]] = 1.0 / inputs.target_len
+    t_rows[torch.arange(n_t), rr[is_t]] = 1.0  # the program's ``correct`` counts hits per row
     kl_rows = rr[~is_t]
     kl_edit = torch.zeros(shapes.kl, dtype=I64)
     kl_edit[:n_kl] = kl_rows * Sp + rp[~is_t]
@@ -88,7 +96,7 @@ def pack_edit(inputs: EditInputs, shapes: EditShapes, objective: ObjectiveConfig
     return PackedEdit(
         prefix_feed={"input_ids": ids, "suffix_pos": suffix_pos, "subject_pos": subject_pos, "kl_index": kl_prefix},
         static_feed={"mask": mask, "target_index": t_index, "target_label": t_label, "target_weight": t_weight,
-                     "target_rows": t_rows, "kl_index": kl_edit, "kl_weight": kl_weight},
+                     "target_rows": t_rows, "kl_suffix_index": kl_edit, "kl_weight": kl_weight},
         n_rows=B, n_rewrite=inputs.n_rewrite, target_len=inputs.target_len, objective=objective)
 
 

@@ -1,4 +1,4 @@
-"""``mobiedit`` command line: pretrain, edit, eval, bench, demo (and export/run from mobiedit.export).
+"""``mobiedit`` command line: pretrain, edit, eval, trace, bench, demo (and export/run from mobiedit.export).
 
 Every user error is a :class:`MobiEditError`; it is printed on one line and the exit code is 2.
 """
@@ -166,6 +166,41 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_trace(args) -> int:
+    """Causal trace (ROME-style) of a model on requests: table on stdout, trace.json + trace.png in --out."""
+    import math
+
+    if args.n < 1:
+        raise ConfigError(f"--n is {args.n}", where="--n", fix="trace at least one request, e.g. --n 40")
+    if not (math.isfinite(args.noise) and args.noise > 0):
+        raise ConfigError(f"--noise is {args.noise}", where="--noise",
+                          fix="pass a positive multiple of the embedding std, e.g. 3.0 (ROME's value)")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("output path exists and is not a folder", where=f"--out {out}",
+                          fix="pass a folder (trace.json and trace.png are written into it)")
+    import torch
+
+    from .causal_trace import format_table, trace_requests, write_outputs
+    from .models import load_model
+    from .requests import bundled_path, load_requests
+
+    torch.set_num_threads(1)
+    lm = load_model(args.model)
+    req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
+    reqs = load_requests(req_file)[: args.n]
+    if len(reqs) < args.n:
+        log.warning("%s holds %d requests; tracing all of them (--n %d)", req_file, len(reqs), args.n)
+    result = trace_requests(lm.model, lm.tokenizer, lm.family, reqs, generator=torch.Generator().manual_seed(args.seed),
+                            noise=args.noise, progress=not args.quiet)
+    title = f"causal trace of {lm.path} on {req_file.name} (seed {args.seed})"
+    print(format_table(result, title=title))
+    js, png = write_outputs(result, out, meta={"model": str(lm.path), "family": lm.family.name,
+                                               "requests": str(req_file), "seed": args.seed}, title=lm.path.name)
+    print(f"wrote {js} and {png}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mobiedit", description=__doc__)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -199,6 +234,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("eval", help="score a (possibly edited) model on requests")
     model_args(sp); request_args(sp); sp.add_argument("--json", help="write per-request scores here")
     sp.set_defaults(fn=cmd_eval)
+
+    sp = sub.add_parser("trace", help="causal trace: which layer/state carries a fact (table, JSON + PNG)")
+    sp.add_argument("--model", required=True, help="local Hugging Face model folder")
+    sp.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
+    sp.add_argument("--n", type=int, default=40, help="trace the first N requests")
+    sp.add_argument("--noise", type=float, default=3.0, help="subject noise std, in units of the embedding std")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", default="runs/trace", help="folder for trace.json and trace.png")
+    sp.set_defaults(fn=cmd_trace)
 
     from .bench import register as bench_register
     from .bench_shape import register as shape_register

@@ -56,18 +56,23 @@ def edit_in_child(method: str, model_dir: Path, req, layer: int, seed: int, work
 
 
 def completions(lm, prompts: list[str], n_tokens: int = 4) -> list[str]:
+    """Greedy continuation of each prompt: up to ``n_tokens`` tokens, stopping at EOS."""
     import torch
 
     from .prompts import prompt_ids
 
+    eos = lm.tokenizer.eos_token_id
     outs = []
     for p in prompts:
         ids = torch.tensor([prompt_ids(lm.tokenizer, p)])
+        start = ids.shape[1]
         with torch.no_grad():
             for _ in range(n_tokens):
                 nxt = lm.model(input_ids=ids).logits[0, -1].argmax()
+                if eos is not None and int(nxt) == eos:
+                    break
                 ids = torch.cat([ids, nxt.view(1, 1)], 1)
-        outs.append(lm.tokenizer.decode(ids[0, -n_tokens:], skip_special_tokens=True).strip())
+        outs.append(lm.tokenizer.decode(ids[0, start:], skip_special_tokens=True).strip())
     return outs
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import stat
 
 import pytest
 import torch
@@ -101,6 +103,10 @@ def test_manifest_lists_every_file(tiny_model_dir, bundles):
         assert m["edit_module"] == "model.layers.1.mlp.down_proj"
         on_disk = {p.name for p in path.iterdir() if p.is_file()} - {"manifest.json"}
         assert set(m["files"]) == on_disk
+        umask = os.umask(0o022)
+        os.umask(umask)
+        modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in path.iterdir() if p.is_file()}
+        assert set(modes.values()) == {oct(0o666 & ~umask)}, modes  # keystats too (safetensors writes 0600)
         assert {"prefill", "decode", "edit", "prefix"} == set(m["programs"])
         assert (path / "journal" / "journal.jsonl").is_file() and "journal" not in m["files"]
         assert len(m["edit"]["templates"]) == 3
@@ -257,6 +263,14 @@ def test_tampered_and_newer_bundles_are_refused(bundles, tmp_path):
         (path / "manifest.json").write_text(json.dumps({**manifest, **patch}))
         with pytest.raises(BundleError, match=pattern):
             load_bundle(path)
+    # an edit program of the earlier interface (bool mask, "kl_index") is refused before anything runs
+    old = json.loads(json.dumps(manifest))
+    old["programs"]["edit"]["inputs"] = ["kl_index" if n == "kl_suffix_index" else n
+                                         for n in old["programs"]["edit"]["inputs"]]
+    (path / "manifest.json").write_text(json.dumps(old))
+    with pytest.raises(BundleError, match=r"programs\.edit\.inputs.*re-export"):
+        edit_bundle(path, [REQUEST])
+    assert Journal.open(path / "journal").entries() == []
     (path / "manifest.json").write_text(json.dumps(manifest))
     (path / "edit.onnx").unlink()
     with pytest.raises(BundleError, match="missing"):

@@ -53,7 +53,12 @@ def test_edit_program_equals_prefix_graph(tiny_model_dir, layer):
     ref_loss, ref_correct = PrefixGraph(lm.model, lm.family, state, cfg)(deltas)
 
     packed = pack_edit(inputs, SHAPES, cfg)
+    # host-buildable dtypes only (no bool: ExecuTorch's Java API cannot make bool tensors)
+    assert {t.dtype for t in {**packed.prefix_feed, **packed.static_feed}.values()} <= {torch.int64, torch.float32}
+    assert packed.static_feed["mask"].dtype == torch.int64
+    assert set(packed.static_feed["target_rows"].unique().tolist()) == {0.0, 1.0}
     edit = EditModule(lm.model, lm.family, layer, SHAPES)
+    assert "kl_suffix_index" in edit.io()[0] and "kl_index" not in edit.io()[0]
     prog = EagerProgram(edit, *edit.io())
     # 1) the eager PrefixState, padded
     out = prog.run({**feed_from_state(state, packed, SHAPES), "deltas": deltas})
@@ -67,11 +72,41 @@ def test_edit_program_equals_prefix_graph(tiny_model_dir, layer):
     for o in (out, out2):
         err = (o["losses"] - ref_loss).abs() / ref_loss.abs().clamp(min=1.0)
         assert err.max() < 1e-5, (o["losses"], ref_loss)
-        assert torch.equal(o["correct"][:, :n], ref_correct)
+        # correct = exact count of argmax targets per row; PrefixGraph's share = count / target_len
+        assert torch.equal(o["correct"], o["correct"].round())
+        assert torch.equal(o["correct"][:, :n] / inputs.target_len, ref_correct)
         assert (o["correct"][:, n:] == 0).all()  # padded / KL rows have no targets
     assert torch.allclose(pout["values"][0], state.v_init, atol=1e-5)
     assert torch.allclose(pout["kl_ref"][:1], state.kl_ref, atol=1e-5)
     assert (ref_loss.max() - ref_loss.min()) > 1e-3  # the deltas matter
+
+
+def test_edit_program_counts_argmax_targets_exactly(tiny_model_dir):
+    """``correct`` is an exact per-row count: with the unedited model's own argmax tokens as labels,
+    delta 0 gives exactly target_len on every rewrite row (no tolerance), any other label 0."""
+    from mobiedit.forward.prefix import readouts, suffix_geometry
+
+    lm = load_model(tiny_model_dir)
+    cfg = ObjectiveConfig()
+    inputs = build_edit_inputs(lm.tokenizer, _request(), TEMPLATES, cfg)
+    state = compute_prefix_state(lm.model, lm.family, 1, inputs)
+    packed = pack_edit(inputs, SHAPES, cfg)
+    s, _, _, _ = suffix_geometry(inputs)
+    rr, rp, rl = readouts(inputs, s)
+    is_t = rl >= 0
+    with torch.no_grad():
+        logits = lm.model(input_ids=inputs.batch.input_ids).logits  # right-padded rows: causal is enough
+    argmax = logits[rr[is_t], s[rr[is_t]] + rp[is_t]].argmax(-1)
+    edit = EditModule(lm.model, lm.family, 1, SHAPES)
+    feed = feed_from_state(state, packed, SHAPES)
+    deltas = torch.zeros(SHAPES.K, edit.dims.d_out)
+    n, n_t = inputs.n_rewrite, int(is_t.sum())
+    for labels, want in ((argmax, float(inputs.target_len)), ((argmax + 1) % edit.dims.vocab_size, 0.0)):
+        lab = feed["target_label"].clone()
+        lab[:n_t] = labels
+        out = EagerProgram(edit, *edit.io()).run({**feed, "target_label": lab, "deltas": deltas})
+        assert torch.equal(out["correct"][:, :n], torch.full((SHAPES.K, n), want)), out["correct"]
+        assert (out["correct"][:, n:] == 0).all()
 
 
 def test_pack_edit_refuses_what_does_not_fit(tiny_model_dir):

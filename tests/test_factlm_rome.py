@@ -48,10 +48,11 @@ def test_rome_edits_at_the_subject(lm):
     before = lm.model.state_dict()[f"model.layers.{EDIT_LAYER['small']}.mlp.down_proj.weight"].clone()
     recs = edit_independent(lm, reqs, cfg, ctx, progress=False)
     agg = aggregate([r.scores for r in recs])
-    # Measured on the small preset (30 edits): efficacy 70, generalization 79, locality 100 —
-    # below the Foundation issue's targets (95/80/90, on the default model); see docs/fact_lm.md.
-    assert agg["efficacy_acc"] >= 50, agg
-    assert agg["locality_acc"] >= 80, agg
+    # Measured on the small preset (30 edits, layer 0): efficacy 96.2, generalization 92.6,
+    # locality 96.7 (docs/fact_lm.md); 12 edits here, so the bounds leave room for 1-2 misses.
+    assert agg["efficacy_acc"] >= 80, agg
+    assert agg["generalization_acc"] >= 70, agg
+    assert agg["locality_acc"] >= 85, agg
     # independent edits restore the weights bit-exactly
     assert torch.equal(before, lm.model.state_dict()[f"model.layers.{EDIT_LAYER['small']}.mlp.down_proj.weight"])
 

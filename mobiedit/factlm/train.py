@@ -42,13 +42,16 @@ class FactLMConfig:
     num_layers: int = 4
     num_heads: int = 8
     epochs: int = 14
+    pack: int = 1                  # sentences per training sequence (EOS-separated, like documents):
+                                   # with 1, the answer position reads the subject's raw tokens at
+                                   # layer 0 and a ROME edit at the subject cannot land (docs/fact_lm.md)
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.01
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("n_facts", "n_templates", "vocab_size", "hidden_size", "intermediate_size",
+        for name in ("n_facts", "n_templates", "pack", "vocab_size", "hidden_size", "intermediate_size",
                      "num_layers", "num_heads", "epochs", "batch_size"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"must be a positive integer, got {getattr(self, name)!r}",
@@ -153,12 +156,23 @@ def _batches(ids: list[list[int]], bs: int, pad: int, rng: random.Random):
         yield x, m
 
 
+def _packed(ids: list[list[int]], pack: int, rng: random.Random) -> list[list[int]]:
+    """Group sentences (each ``BOS … EOS``) into sequences of ``pack``, dropping the BOS of all
+    but the first, so a sentence is seen after unrelated ones as in packed LM pretraining."""
+    if pack == 1:
+        return ids
+    order = list(range(len(ids)))
+    rng.shuffle(order)
+    return [ids[order[i]] + [t for j in order[i + 1:i + pack] for t in ids[j][1:]] for i in range(0, len(order), pack)]
+
+
 def train_model(cfg: FactLMConfig, model, tok, sentences: list[str], progress: bool = True) -> list[float]:
     """AdamW with linear warm-up and cosine decay on next-token loss over all sentences."""
+    epochs = cfg.epochs
     ids = [tok(s)["input_ids"] + [tok.eos_token_id] for s in sentences]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
-    steps_per_epoch = math.ceil(len(ids) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
+    steps_per_epoch = math.ceil(math.ceil(len(ids) / cfg.pack) / max(1, cfg.batch_size // cfg.pack))
+    total = steps_per_epoch * epochs
     warm = min(200, total // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, warm)) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
@@ -166,9 +180,9 @@ def train_model(cfg: FactLMConfig, model, tok, sentences: list[str], progress: b
     model.train()
     losses = []
     bar = tqdm(total=total, desc="pretrain fact LM", disable=not progress, unit="step")
-    for epoch in range(cfg.epochs):
+    for epoch in range(epochs):
         ep = []
-        for x, m in _batches(ids, cfg.batch_size, tok.pad_token_id, rng):
+        for x, m in _batches(_packed(ids, cfg.pack, rng), max(1, cfg.batch_size // cfg.pack), tok.pad_token_id, rng):
             labels = x.masked_fill(m == 0, -100)
             loss = model(input_ids=x, attention_mask=m, labels=labels).loss
             opt.zero_grad(set_to_none=True)

@@ -36,8 +36,8 @@ def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelCont
         vr = compute_v(lm.model, lm.family, inputs, cfg)
     u, w = factors_from_delta(lm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge)
     rows = inputs.batch.input_ids.shape[0]
-    succeeded = vr.losses[-1] < cfg.early_loss or vr.holds
+    succeeded = vr.holds
     return EditOutcome(method="rome", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
-                       succeeded=succeeded, status="SUCCESS_LOSS" if succeeded else "MAX_STEPS",
+                       succeeded=succeeded, status="SUCCESS_CHECK" if succeeded else "MAX_STEPS",
                        loss_evals=vr.forwards, sequences=vr.forwards * rows, forward_calls=vr.forwards + 2,
                        backward_calls=vr.backwards, wall_time=time.perf_counter() - t0, losses=vr.losses)

@@ -22,12 +22,10 @@ from ..models import LoadedModel
 from ..requests import EditRequest
 from ..rome.config import ContextConfig, ObjectiveConfig
 from ..rome.context import build_edit_inputs
+from ..rome.objective import edit_holds
 from ..zo import ZOConfig, run_zo
 from .common import EditOutcome, ModelContext, module_name
 from .rome import factors_from_delta
-
-SUCCESS_RULES = ("all_prompts", "plain_prompt")
-
 
 def _default_zo() -> ZOConfig:
     return ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam", lr=0.5, max_steps=150,
@@ -46,7 +44,9 @@ class MobiEditConfig:
     quant: QuantConfig = field(default_factory=QuantConfig)
     prefix_reuse: bool = True
     early_stop: bool = True
-    success_rule: str = "all_prompts"
+    success_fraction: float = 0.75  # rome.objective.edit_holds: plain prompt + this share of rows
+    success_nll: float = 0.5        # ... and the objective minus its decay term (mean target NLL per
+                                    # token + KL) at most this: a margin, like ROME's loss-based stop
     backend: str = "native"
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4
@@ -55,9 +55,13 @@ class MobiEditConfig:
         if self.layer < 0:
             raise ConfigError(f"layer must be >= 0, got {self.layer}", where="mobiedit.layer",
                               fix="pick a layer index of the model")
-        if self.success_rule not in SUCCESS_RULES:
-            raise ConfigError(f"unknown success_rule {self.success_rule!r}", where="mobiedit.success_rule",
-                              fix=f"use one of {SUCCESS_RULES}")
+        if not (0.0 <= self.success_fraction <= 1.0):
+            raise ConfigError(f"success_fraction={self.success_fraction} out of [0, 1]",
+                              where="mobiedit.success_fraction",
+                              fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
+        if not self.success_nll > 0:
+            raise ConfigError(f"success_nll={self.success_nll} must be > 0", where="mobiedit.success_nll",
+                              fix="e.g. 0.5 (geometric-mean P(target) >= 0.6)")
         if self.backend not in ("native", "python"):
             raise ConfigError(f"unknown backend {self.backend!r}", where="mobiedit.backend",
                               fix="use 'native' (C++ engine) or 'python' (reference)")
@@ -97,11 +101,14 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
         n.evals += D.shape[0]; n.sequences += D.shape[0] * rows; n.calls += 1
         return losses.double().numpy()
 
+    v_norm = float(state.v_init.norm())
+
     def check(x: np.ndarray) -> bool:
-        _, correct = graph(torch.from_numpy(np.multiply(x, scale, dtype=np.float32)).view(1, -1))
+        delta = torch.from_numpy(np.multiply(x, scale, dtype=np.float32)).view(1, -1)
+        losses, correct = graph(delta)
         n.evals += 1; n.sequences += rows; n.calls += 1
-        c = correct[0]
-        return bool((c >= 1.0).all() if cfg.success_rule == "all_prompts" else c[0] >= 1.0)
+        decay = cfg.objective.weight_decay * float(delta.norm()) / v_norm ** 2
+        return edit_holds(correct[0] >= 1.0 - 1e-6, cfg.success_fraction) and float(losses[0]) - decay <= cfg.success_nll
 
     zcfg = dataclasses.replace(cfg.zo, max_norm=cfg.objective.clamp_norm_factor * math.sqrt(d))
     res = run_zo(forward, check if cfg.early_stop else None, np.zeros(d, dtype=np.float32), zcfg,

@@ -10,7 +10,7 @@ from ..families import Family, get_module
 from ..hooks import add_at_positions, record, rewrite_output
 from .config import ROMEConfig
 from .context import EditInputs
-from .objective import kl_logprobs, value_loss
+from .objective import edit_holds, kl_logprobs, rows_correct, value_loss
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ class ValueResult:
     v_init: torch.Tensor
     delta: torch.Tensor
     losses: list[float]
-    holds: bool  # teacher-forced argmax = target on every rewrite prompt at the final delta
+    holds: bool  # objective.edit_holds at the final delta (cfg.success_fraction)
     steps: int
     forwards: int
     backwards: int
@@ -66,9 +66,7 @@ def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig) -> Val
         loss = value_loss(logits, inputs, kl_ref, delta.norm(), float(v_init.norm()), cfg.objective)
         losses.append(loss.item())
         if losses[-1] < cfg.early_loss or steps == cfg.steps:
-            n = inputs.n_rewrite
-            lab = b.labels[:n]
-            holds = bool((((logits[:n].argmax(-1) == lab) | (lab == -100)).all()).item())
+            holds = edit_holds(rows_correct(logits.detach(), inputs), cfg.success_fraction)
             break
         loss.backward()
         opt.step()

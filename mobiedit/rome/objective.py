@@ -43,3 +43,19 @@ def value_loss(logits: torch.Tensor, inputs: EditInputs, kl_ref: torch.Tensor, d
     new = kl_logprobs(logits, inputs)
     kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
     return nll + cfg.kl_factor * kl + cfg.weight_decay * delta_norm / (v_init_norm ** 2)
+
+
+def rows_correct(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
+    """Per rewrite row, whether every target token is the teacher-forced argmax: [..., n_rewrite]."""
+    n = inputs.n_rewrite
+    labels = inputs.batch.labels[:n].to(logits.device)
+    hit = (logits[..., :n, :, :].argmax(-1) == labels) | (labels == -100)
+    return hit.all(-1)
+
+
+def edit_holds(full_rows: torch.Tensor, fraction: float) -> bool:
+    """The success criterion shared by every method: the plain rewrite prompt (row 0) shows the
+    target and so does at least ``fraction`` of all rewrite rows (row 0 plus the context-templated
+    ones). ``full_rows``: [n_rewrite] bools, True where the whole target is the argmax."""
+    full = full_rows.reshape(-1).bool()
+    return bool(full[0]) and int(full.sum()) >= fraction * full.numel() - 1e-9  # exact count, no float32 mean

@@ -21,6 +21,14 @@ public class Module {
         throw new UnsupportedOperationException("ExecuTorch stub");
     }
 
+    public int loadMethod(String methodName) {
+        throw new UnsupportedOperationException("ExecuTorch stub");
+    }
+
+    public String[] getMethods() {
+        throw new UnsupportedOperationException("ExecuTorch stub");
+    }
+
     public void destroy() {
     }
 }

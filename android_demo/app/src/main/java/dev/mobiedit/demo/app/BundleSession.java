@@ -7,14 +7,11 @@ import dev.mobiedit.demo.core.Files2;
 import dev.mobiedit.demo.core.Generation;
 import dev.mobiedit.demo.core.Journal;
 import dev.mobiedit.demo.core.JournalEntry;
-import dev.mobiedit.demo.core.Json;
 import dev.mobiedit.demo.core.Manifest;
 import dev.mobiedit.demo.core.ManifestReader;
 import dev.mobiedit.demo.core.MobiEditError;
 import java.io.File;
-import java.io.IOException;
 import java.text.SimpleDateFormat;
-import java.util.ArrayList;
 import java.util.Date;
 import java.util.List;
 import java.util.Locale;
@@ -30,18 +27,15 @@ public final class BundleSession {
     /** Tokens the chat and the before/after answers generate at most. */
     public static final int MAX_ANSWER_TOKENS = 24;
     private final File dir;
-    private final File cacheDir;
     private final Manifest manifest;
     private final ByteLevelBpe tok;
     private final KeyStats keys;
     private final Journal journal;
     private final ModelRuntime runtime;
-    private List<String> templates;
 
-    private BundleSession(File dir, File cacheDir, Manifest manifest, ByteLevelBpe tok,
-            KeyStats keys, Journal journal, ModelRuntime runtime) {
+    private BundleSession(File dir, Manifest manifest, ByteLevelBpe tok, KeyStats keys,
+            Journal journal, ModelRuntime runtime) {
         this.dir = dir;
-        this.cacheDir = cacheDir;
         this.manifest = manifest;
         this.tok = tok;
         this.keys = keys;
@@ -50,10 +44,10 @@ public final class BundleSession {
     }
 
     /**
-     * Open {@code dir}: verify the manifest and every checksum, read the tokenizer, keystats and
-     * journal, load the programs and fill the slots. {@code cacheDir} keeps the context templates.
+     * Open {@code dir}: verify the manifest and every checksum, check the program contract, read
+     * the tokenizer, keystats and journal, load the programs and fill the slots.
      */
-    public static BundleSession open(File dir, File cacheDir, ModelRuntime.Factory factory,
+    public static BundleSession open(File dir, ModelRuntime.Factory factory,
             ManifestReader.Progress progress) throws Exception {
         Manifest m = ManifestReader.open(dir, progress);
         if (!Manifest.RUNTIME_EXECUTORCH.equals(m.runtime)) {
@@ -61,12 +55,13 @@ public final class BundleSession {
                 "manifest.json, field 'runtime'",
                 "this app runs ExecuTorch bundles: mobiedit export --runtime executorch");
         }
+        BundlePrograms.checkContract(m);
         File tf = new File(dir, "tokenizer.json");
         ByteLevelBpe tok = ByteLevelBpe.fromJson(Files2.readText(tf), tf.getPath());
-        KeyStats keys = KeyStats.open(dir, m.dIn());
+        KeyStats keys = KeyStats.open(dir, m.dIn(), m.dOut());
         Journal journal = Journal.open(new File(dir, "journal"));
         ModelRuntime rt = factory.open(dir, m);
-        BundleSession s = new BundleSession(dir, cacheDir, m, tok, keys, journal, rt);
+        BundleSession s = new BundleSession(dir, m, tok, keys, journal, rt);
         s.refreshSlots();
         return s;
     }
@@ -109,7 +104,7 @@ public final class BundleSession {
     /** Record {@code outcome} in the journal and put it into a slot. */
     public JournalEntry apply(EditOutcome outcome) {
         JournalEntry e = journal.record(outcome.request, EditTarget.of(manifest), outcome.u,
-            outcome.w, outcome.metrics(), outcome.configJson(), nowIso());
+            outcome.w, keys.baseWeight(), outcome.metrics(), outcome.configJson(), nowIso());
         refreshSlots();
         return e;
     }
@@ -126,34 +121,9 @@ public final class BundleSession {
         runtime.close();
     }
 
-    /** The context templates of this bundle (generated once, then cached in cacheDir). */
-    public List<String> templates() throws Exception {
-        if (templates != null) {
-            return templates;
-        }
-        String key = manifest.files.get(manifest.program("prefill")).sha256.substring(0, 16);
-        File cache = new File(cacheDir, "templates-" + key + ".json");
-        if (cache.isFile()) {
-            templates = readTemplates(cache);
-            if (templates.size() == manifest.shapes.editRows - 1) {
-                return templates;
-            }
-        }
-        float[][] empty = {new float[manifest.slots * manifest.dOut()],
-            new float[manifest.slots * manifest.dIn()]};
-        runtime.setSlots(empty[0], empty[1]);
-        try {
-            templates = Generation.contextTemplates(runtime.chat(), tok,
-                manifest.shapes.editRows - 1, 5, 10, 0L);
-        } finally {
-            refreshSlots();
-        }
-        try {
-            Files2.writeTextAtomic(cache, Json.write(new ArrayList<Object>(templates), false));
-        } catch (IOException e) {
-            // Cache only: the templates are regenerated next time.
-        }
-        return templates;
+    /** ROME's context templates of this bundle (manifest edit.templates, made at export). */
+    public List<String> templates() {
+        return manifest.edit.templates;
     }
 
     private float[][] slots() {
@@ -164,20 +134,6 @@ public final class BundleSession {
     private void refreshSlots() {
         float[][] s = slots();
         runtime.setSlots(s[0], s[1]);
-    }
-
-    @SuppressWarnings("unchecked")
-    private static List<String> readTemplates(File f) throws IOException {
-        List<String> out = new ArrayList<String>();
-        Object v = Json.parse(Files2.readText(f), f.getPath());
-        if (v instanceof List) {
-            for (Object o : (List<Object>) v) {
-                if (o instanceof String && ((String) o).contains(EditRequest.SLOT)) {
-                    out.add((String) o);
-                }
-            }
-        }
-        return out;
     }
 
     /** UTC time like Python's datetime.now(timezone.utc).isoformat(). */

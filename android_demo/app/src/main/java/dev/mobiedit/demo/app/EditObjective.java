@@ -7,8 +7,10 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * The engine's two callbacks on top of the edit program. The engine searches in normalised units
  * z (delta = z * scale, scale = ||v_init|| / sqrt(d), as mobiedit/methods/zo_edit.py); the
  * engine's K rows are fed to the program in chunks of its static batch (shapes.edit_K), the
- * last chunk zero-padded. The success check ("all_prompts") holds when every rewrite prompt's
- * target tokens are all the argmax. Setting {@code cancel} makes the next callback throw.
+ * last chunk zero-padded. The success check is {@link SuccessCriterion} (the toolchain's rule:
+ * the plain rewrite prompt fully correct, at least success_fraction of all rewrite rows fully
+ * correct, and loss minus its decay term at most success_nll). Setting {@code cancel} makes the
+ * next callback throw.
  */
 public final class EditObjective implements NativeEngine.Forward, NativeEngine.Check {
     private final EditPrograms programs;
@@ -16,6 +18,10 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
     private final int d;
     private final float scale;
     private final int nRewrite;
+    private final int targetLen;
+    private final double weightDecay;
+    private final float[] vInit;
+    private final SuccessCriterion success;
     private final AtomicBoolean cancel;
     private final float[] deltas;
     private final float[] losses;
@@ -23,13 +29,25 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
     private long evals;
     private long calls;
 
+    /**
+     * {@code targetLen}: the target's token count; a rewrite prompt holds when the edit program
+     * counts exactly that many argmax targets in it (the count is a float32 sum of 0/1 terms,
+     * hence exact; mobiedit.export.ops checks it the same way). {@code weightDecay}:
+     * edit.objective.weight_decay; with {@code state.vInit} it gives the decay term the margin
+     * leaves out. {@code success}: the thresholds ({@link SuccessCriterion#defaults} if null).
+     */
     public EditObjective(EditPrograms programs, PrefixState state, int d, float scale,
-            int nRewrite, AtomicBoolean cancel) {
+            int nRewrite, int targetLen, double weightDecay, SuccessCriterion success,
+            AtomicBoolean cancel) {
         this.programs = programs;
         this.state = state;
         this.d = d;
         this.scale = scale;
         this.nRewrite = nRewrite;
+        this.targetLen = targetLen;
+        this.weightDecay = weightDecay;
+        this.vInit = state.vInit;
+        this.success = success != null ? success : SuccessCriterion.defaults();
         this.cancel = cancel;
         int b = programs.batchRows();
         deltas = new float[b * d];
@@ -63,17 +81,22 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
         return holds(x);
     }
 
-    /** True if delta = x * scale makes every rewrite prompt produce the new answer. */
+    /**
+     * True if delta = x * scale passes the success check ({@link SuccessCriterion}): the plain
+     * rewrite prompt and at least success_fraction of all rewrite prompts produce the new answer,
+     * and loss - weight_decay * ||delta|| / ||v_init||^2 &lt;= success_nll.
+     */
     public boolean holds(float[] x) throws Exception {
         fill(x, 0, 1);
         run();
         evals += 1;
-        for (int j = 0; j < nRewrite; j++) {
-            if (!(correct[j] >= 1.0f)) {
-                return false;
-            }
-        }
-        return true;
+        double decay = SuccessCriterion.decay(weightDecay, deltas, 0, d, vInit);
+        return success.holds(correct, 0, nRewrite, targetLen, losses[0], decay);
+    }
+
+    /** The thresholds this objective checks. */
+    public SuccessCriterion success() {
+        return success;
     }
 
     /** Loss evaluations made (rows that carried a real delta). */

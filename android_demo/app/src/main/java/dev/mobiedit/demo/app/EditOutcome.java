@@ -22,10 +22,12 @@ public final class EditOutcome {
     public final float[] w;
     public final long wallMillis;
     public final EngineConfig config;
+    /** The success check's thresholds used. */
+    public final SuccessCriterion success;
 
     EditOutcome(EditRequest request, EngineStatus status, boolean succeeded, long steps,
             long evals, double[] history, float[] delta, float[] u, float[] w, long wallMillis,
-            EngineConfig config) {
+            EngineConfig config, SuccessCriterion success) {
         this.request = request;
         this.status = status;
         this.succeeded = succeeded;
@@ -37,6 +39,7 @@ public final class EditOutcome {
         this.w = w;
         this.wallMillis = wallMillis;
         this.config = config;
+        this.success = success;
     }
 
     /** The journal's "metrics" (same keys as the Python EditOutcome where they apply). */
@@ -59,7 +62,10 @@ public final class EditOutcome {
         return m;
     }
 
-    /** The journal's "config": the loop settings used. */
+    /**
+     * The journal's "config": the loop settings and the success check's thresholds used
+     * ({@code success_fraction}, {@code success_nll}, as export/ops.py records them).
+     */
     public Map<String, Object> configJson() {
         String[] est = {"paper", "fzoo", "antithetic"};
         String[] opt = {"sgd", "adam"};
@@ -73,6 +79,8 @@ public final class EditOutcome {
         c.put("max_evals", config.maxEvals);
         c.put("check_every", config.checkEvery);
         c.put("seed", config.seed);
+        c.put("success_fraction", success.fraction);
+        c.put("success_nll", success.nll);
         c.put("backend", "native-jni");
         return c;
     }

@@ -3,6 +3,7 @@ package dev.mobiedit.demo.app;
 import dev.mobiedit.demo.core.ByteLevelBpe;
 import dev.mobiedit.demo.core.EditBatch;
 import dev.mobiedit.demo.core.EditBatchBuilder;
+import dev.mobiedit.demo.core.EditPack;
 import dev.mobiedit.demo.core.EditRequest;
 import dev.mobiedit.demo.core.Manifest;
 import dev.mobiedit.demo.core.MobiEditError;
@@ -14,8 +15,9 @@ import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * One forward-only edit, end to end (mobiedit/methods/zo_edit.py on the phone): batch → prefix
- * program → native ZO loop whose forwards run the edit program → rank-one factors
+ * One forward-only edit, end to end (mobiedit.export.ops.edit_bundle on the phone): batch (the
+ * manifest's context templates and KL prompt) → packed to the programs' shapes → prefix program →
+ * native ZO loop whose forwards run the edit program → rank-one factors
  * u = delta, w = C^-1 k̄ / (k_cur · C^-1 k̄). Runs on a worker thread; progress and the
  * before-answer go to the {@link Listener}. Nothing is recorded here (see BundleSession.apply).
  */
@@ -38,6 +40,7 @@ public final class EditRunner {
     private final EditPrograms programs;
     private final KeyStats keys;
     private EngineConfig config;
+    private SuccessCriterion success = SuccessCriterion.defaults();
 
     public EditRunner(ByteLevelBpe tok, Manifest manifest, EditPrograms programs, KeyStats keys) {
         this.tok = tok;
@@ -52,6 +55,16 @@ public final class EditRunner {
     }
 
     /**
+     * Override the success check's thresholds (default: {@link SuccessCriterion#defaults},
+     * success_fraction {@value SuccessCriterion#DEFAULT_FRACTION}, success_nll
+     * {@value SuccessCriterion#DEFAULT_NLL}, as mobiedit_edit / edit_bundle). They decide the
+     * early stop and whether the outcome counts as succeeded.
+     */
+    public void setSuccess(SuccessCriterion s) {
+        success = s != null ? s : SuccessCriterion.defaults();
+    }
+
+    /**
      * Search the edit for {@code req}. Returns null if {@code cancel} was set; a NONFINITE or
      * ERROR stop throws MobiEditError with the engine's message.
      */
@@ -59,9 +72,11 @@ public final class EditRunner {
             Answerer answerer, Listener listener, AtomicBoolean cancel) throws Exception {
         long t0 = System.currentTimeMillis();
         int d = manifest.dOut();
-        EditBatch batch = EditBatchBuilder.build(tok, req, templates, manifest.shapes,
-            manifest.pad);
-        PrefixState st = programs.prefix(batch, slots[0], slots[1]);
+        Manifest.Objective objective = manifest.edit.objective;
+        EditBatch batch = EditBatchBuilder.build(tok, req, templates, objective.klPrompt,
+            manifest.padId());
+        EditPack pack = EditPack.pack(batch, manifest.shapes, objective);
+        PrefixState st = programs.prefix(pack, slots[0], slots[1]);
         checkLengths(st, d, manifest.dIn());
         String before = answerer == null ? "" : answerer.answer(req.rewritePrompt());
         if (listener != null) {
@@ -72,8 +87,9 @@ public final class EditRunner {
             throw new MobiEditError("||v_init|| is 0 or not finite", "prefix program output",
                 "re-export the bundle (the prefix program returned a zero value vector)");
         }
-        EditObjective obj = new EditObjective(programs, st, d, scale, batch.nRewrite, cancel);
-        EngineConfig cfg = config != null ? config : EngineConfig.mobiEditDefaults(d);
+        EditObjective obj = new EditObjective(programs, st, d, scale, batch.nRewrite,
+            batch.targetLen, objective.weightDecay, success, cancel);
+        EngineConfig cfg = config != null ? config : defaults(manifest, d);
         NativeEngine engine = new NativeEngine();
         try {
             engine.configure(cfg, d);
@@ -93,10 +109,22 @@ public final class EditRunner {
             }
             float[][] f = factors(st, delta);
             return new EditOutcome(req, status, ok, engine.steps(), obj.evals(), engine.history(),
-                delta, f[0], f[1], System.currentTimeMillis() - t0, cfg);
+                delta, f[0], f[1], System.currentTimeMillis() - t0, cfg, success);
         } finally {
             engine.close();
         }
+    }
+
+    /**
+     * MobiEdit's search for this bundle, as mobiedit.export.ops does it: FZOO with
+     * edit_K - 1 directions (one program call per step) and ||z|| clamped to
+     * edit.objective.clamp_norm_factor * sqrt(d).
+     */
+    static EngineConfig defaults(Manifest m, int d) {
+        EngineConfig c = EngineConfig.mobiEditDefaults(d);
+        c.nDirs = Math.max(1, m.shapes.editK - 1);
+        c.maxNorm = m.edit.objective.clampNormFactor * Math.sqrt(d);
+        return c;
     }
 
     /** Step until done; null when cancelled. */

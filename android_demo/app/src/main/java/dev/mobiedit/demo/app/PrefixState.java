@@ -1,13 +1,14 @@
 package dev.mobiedit.demo.app;
 
 /**
- * What the bundle's prefix program computes once per edit: an opaque program state (the edit
- * program's leading inputs: suffix hidden states, prefix K/V, masks, read-outs, KL reference...)
- * and the four vectors the rank-one update needs (mobiedit.rome.compute_k.compute_key and the
- * search scale):
- * {@code kBar} key averaged over the context templates [d_in], {@code kCur} key of the plain
- * rewrite prompt [d_in], {@code outCur} the edited module's output there [d_out] (= W k_cur with
- * the active slots), {@code vInit} the value the search starts from [d_out].
+ * What the bundle's prefix program gives one edit: an opaque program state (the edit program's
+ * inputs other than the deltas: suffix hidden states, prefix K/V, rotary tables, mask, read-outs,
+ * KL reference, wd_scale) and the four vectors the rank-one update needs, as
+ * mobiedit.export.ops computes them from the program's {@code keys} [B, d_in] and
+ * {@code values} [B, d_out]: {@code kBar} = mean of the rewrite rows' keys [d_in],
+ * {@code kCur} = keys[0] (the plain rewrite prompt) [d_in], {@code outCur} = values[0] (the edited
+ * module's output there, with the active slots) [d_out] and {@code vInit} = values[0], the value
+ * the search starts from [d_out].
  */
 public final class PrefixState {
     public final Object handle;
@@ -22,5 +23,24 @@ public final class PrefixState {
         this.kCur = kCur;
         this.outCur = outCur;
         this.vInit = vInit;
+    }
+
+    /**
+     * The state of prefix outputs {@code keys} [rows, dIn] and {@code values} [rows, dOut]
+     * (row-major) whose first {@code nRewrite} rows are the rewrite prompts.
+     */
+    public static PrefixState fromKeysValues(Object handle, float[] keys, float[] values,
+            int nRewrite, int dIn, int dOut) {
+        float[] kBar = new float[dIn];
+        for (int i = 0; i < dIn; i++) {
+            double acc = 0;
+            for (int r = 0; r < nRewrite; r++) {
+                acc += keys[r * dIn + i];
+            }
+            kBar[i] = (float) (acc / nRewrite);
+        }
+        float[] kCur = java.util.Arrays.copyOf(keys, dIn);
+        float[] v = java.util.Arrays.copyOf(values, dOut);
+        return new PrefixState(handle, kBar, kCur, v, v.clone());
     }
 }

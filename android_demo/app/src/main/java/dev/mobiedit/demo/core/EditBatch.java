@@ -4,12 +4,14 @@ package dev.mobiedit.demo.core;
  * One edit's prompt batch, the input of the bundle's prefix program (mobiedit.rome.context
  * EditInputs / mobiedit.prompts.TargetBatch): rows [0, nRewrite) are the context-templated
  * rewrite prompts followed by the new answer minus its last token, the remaining rows the KL
- * prompt ("{subject} is a"). All int arrays are row-major [rows, width], right-padded.
+ * prompt (the bundle's edit.objective.kl_prompt, ROME's "{subject} is a"). All int arrays are row-major [rows, width], right-padded to the
+ * longest row (width), exactly like build_edit_inputs; {@link EditPack} pads them to the programs'
+ * static shapes.
  */
 public final class EditBatch {
     public final int rows;
     public final int width;
-    /** Token ids, pad id after each row's end. */
+    /** Token ids, the bundle's pad id after each row's end. */
     public final long[] inputIds;
     /** 1 for real tokens, 0 for padding. */
     public final long[] attentionMask;
@@ -36,7 +38,7 @@ public final class EditBatch {
         this.targetLen = targetLen;
     }
 
-    /** Largest subject index (the prefix length P of the edit program's state). */
+    /** Largest subject index (the prefix length P of the edit's state, packing.suffix_geometry). */
     public int prefixLength() {
         long p = 0;
         for (long s : subjectIdx) {
@@ -54,8 +56,13 @@ public final class EditBatch {
         return (int) s;
     }
 
-    /** Loss read-out positions: one per target token of each rewrite row, one per KL row. */
-    public int readouts() {
-        return nRewrite * targetLen + (rows - nRewrite);
+    /** Target read-outs: one per target token of each rewrite row. */
+    public int targetReadouts() {
+        return nRewrite * targetLen;
+    }
+
+    /** KL rows (each has one KL read-out at its last token). */
+    public int klRows() {
+        return rows - nRewrite;
     }
 }

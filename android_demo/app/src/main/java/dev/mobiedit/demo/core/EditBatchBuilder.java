@@ -7,25 +7,26 @@ import java.util.List;
  * Builds the {@link EditBatch} of a request exactly as mobiedit.rome.context.build_edit_inputs
  * and mobiedit.prompts.make_batch do (ROME's conventions: target tokenised as " " + target
  * without special tokens, prompt with BOS, subject index = tokens of the prompt up to the subject
- * end, minus 1), then checks it fits the bundle's static edit shapes.
+ * end, minus 1; rows right-padded to the longest one). Fitting the batch to the programs' static
+ * shapes is {@link EditPack}'s job (mobiedit.export.packing.pack_edit).
  */
 public final class EditBatchBuilder {
-    /** The KL prompt of ROME's objective (ObjectiveConfig.kl_prompt). */
+    /** ROME's KL prompt (ObjectiveConfig.kl_prompt); bundles carry theirs in edit.objective. */
     public static final String KL_PROMPT = "{} is a";
 
     private EditBatchBuilder() {
     }
 
     /**
-     * The batch for {@code req} with the rewrite prompt in each of {@code templates} (each holds
-     * one "{}"), padded to the program's {@code width} = shapes.edit_prefix + edit_suffix.
+     * The batch for {@code req}: the rewrite prompt in each of {@code templates} (each holds one
+     * "{}") followed by the new answer minus its last token, then {@code klPrompt} with the
+     * subject; rows padded with {@code padId} to the longest row.
      */
     public static EditBatch build(ByteLevelBpe tok, EditRequest req, List<String> templates,
-            Manifest.Shapes shapes, int padId) {
-        if (templates.size() + 1 != shapes.editRows) {
-            throw new MobiEditError(templates.size() + " context templates + 1 KL prompt != "
-                + shapes.editRows + " rows", "manifest.json, field 'shapes.edit_rows'",
-                "regenerate the context templates for this bundle");
+            String klPrompt, int padId) {
+        if (templates.isEmpty()) {
+            throw new MobiEditError("no context templates", "manifest.json, field 'edit.templates'",
+                "re-export the bundle with mobiedit export");
         }
         int[] target = tok.encode(" " + req.targetNew.trim(), false);
         if (target.length == 0) {
@@ -52,7 +53,7 @@ public final class EditBatchBuilder {
             labels.add(lab);
             subj.add((long) subjectLastIndex(tok, p, req.subject));
         }
-        String kl = KL_PROMPT.replace(EditRequest.SLOT, req.subject);
+        String kl = klPrompt.replace(EditRequest.SLOT, req.subject);
         int[] kid = tok.encode(kl, true);
         long[] klRow = new long[kid.length];
         long[] klLab = new long[kid.length];
@@ -63,7 +64,7 @@ public final class EditBatchBuilder {
         ids.add(klRow);
         labels.add(klLab);
         subj.add((long) subjectLastIndex(tok, kl, req.subject));
-        return pack(ids, labels, subj, templates.size(), target.length, shapes, padId);
+        return pack(ids, labels, subj, templates.size(), target.length, padId);
     }
 
     /** ROME's subject index: tokens of {@code text} up to the subject's end (rstripped) - 1. */
@@ -78,9 +79,12 @@ public final class EditBatchBuilder {
     }
 
     private static EditBatch pack(List<long[]> ids, List<long[]> labels, List<Long> subj,
-            int nRewrite, int targetLen, Manifest.Shapes shapes, int padId) {
+            int nRewrite, int targetLen, int padId) {
         int rows = ids.size();
-        int width = shapes.editTokens();
+        int width = 0;
+        for (long[] row : ids) {
+            width = Math.max(width, row.length);
+        }
         long[] x = new long[rows * width];
         long[] m = new long[rows * width];
         long[] y = new long[rows * width];
@@ -88,9 +92,6 @@ public final class EditBatchBuilder {
         long[] last = new long[rows];
         for (int r = 0; r < rows; r++) {
             long[] row = ids.get(r);
-            if (row.length > width) {
-                throw tooLong("edit_prefix + edit_suffix", width, row.length);
-            }
             for (int c = 0; c < width; c++) {
                 boolean real = c < row.length;
                 x[r * width + c] = real ? row[c] : padId;
@@ -100,26 +101,7 @@ public final class EditBatchBuilder {
             s[r] = subj.get(r);
             last[r] = row.length - 1;
         }
-        EditBatch b = new EditBatch(rows, width, x, m, s, last, y, nRewrite, targetLen);
-        if (b.prefixLength() > shapes.editPrefix) {
-            throw tooLong("edit_prefix", shapes.editPrefix, b.prefixLength());
-        }
-        if (b.suffixLength() > shapes.editSuffix) {
-            throw tooLong("edit_suffix", shapes.editSuffix, b.suffixLength());
-        }
-        if (b.readouts() > shapes.editReadouts) {
-            throw new MobiEditError("the new answer is " + targetLen + " tokens: " + b.readouts()
-                + " loss read-outs > " + shapes.editReadouts,
-                "manifest.json, field 'shapes.edit_readouts'",
-                "use a shorter answer, or re-export the bundle with more read-outs");
-        }
-        return b;
-    }
-
-    private static MobiEditError tooLong(String field, int limit, int need) {
-        return new MobiEditError("this edit needs " + need + " positions, the bundle's edit "
-            + "program has " + limit, "manifest.json, field 'shapes." + field + "'",
-            "use a shorter subject, prompt or answer, or re-export the bundle with larger shapes");
+        return new EditBatch(rows, width, x, m, s, last, y, nRewrite, targetLen);
     }
 
     private static String rstrip(String s) {

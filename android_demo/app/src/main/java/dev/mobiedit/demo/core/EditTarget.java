@@ -28,10 +28,9 @@ public final class EditTarget {
         this.method = method;
     }
 
-    /** The target of a bundle: its edit module, layer and family; d_out = hidden size. */
+    /** The target of a bundle: its edit module, layer, family, layout (edit.weight_out_in), dims. */
     public static EditTarget of(Manifest m) {
-        boolean outIn = !"gpt2".equals(m.modelFamily);
-        return new EditTarget(m.editModule, m.editLayer, m.modelFamily, outIn, m.dOut(), m.dIn(),
-            METHOD);
+        return new EditTarget(m.editModule, m.editLayer, m.modelFamily, m.edit.weightOutIn,
+            m.dOut(), m.dIn(), METHOD);
     }
 }

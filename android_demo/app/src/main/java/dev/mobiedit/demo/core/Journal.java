@@ -13,8 +13,9 @@ import java.util.Map;
  * The bundle's edit journal (folder {@code journal/}), readable and writable by both this app and
  * mobiedit/journal.py: {@code journal.jsonl} (one sorted-key JSON object per edit, rewritten whole
  * and atomically on every change), {@code edit-NNNNNN.safetensors} (float32 {@code u} [d_out],
- * {@code w} [d_in]; its sha256 is in the entry) and {@code base.safetensors} (pre-edit weights,
- * written by the exporter; the app only reads it to fill {@code base_sha256}).
+ * {@code w} [d_in]; its sha256 is in the entry) and {@code base.safetensors} (the pre-edit weight
+ * of every module the journal has touched, keyed by module name, written by the module's first
+ * edit and never changed; its tensor_sha256 is every entry's {@code base_sha256}).
  *
  * <p>On the phone edits are not baked into weights: the active edits fill the inference programs'
  * rank-one slots in id order ({@link #slotFactors}); undo marks an entry "undone" and the next
@@ -194,6 +195,21 @@ public final class Journal {
      */
     public JournalEntry record(EditRequest request, EditTarget target, float[] u, float[] w,
             Map<String, Object> metrics, Map<String, Object> config, String timestamp) {
+        return record(request, target, u, w, null, metrics, config, timestamp);
+    }
+
+    /**
+     * Record one edit whose factors were computed on the module's current weight. The module's
+     * first edit stores {@code baseWeight} (the weight before any edit, e.g. keystats'
+     * base_weight) in base.safetensors under the module's name and takes its tensor_sha256 as
+     * base_sha256, as mobiedit/journal.py does; later edits reuse the first entry's base_sha256.
+     * With {@code baseWeight} null the first edit reads base.safetensors instead. Then the
+     * factors file and the journal are written (each atomically); a crash before the journal
+     * write leaves orphan files that the next record overwrites.
+     */
+    public JournalEntry record(EditRequest request, EditTarget target, float[] u, float[] w,
+            Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
+            String timestamp) {
         if (u.length != target.dOut || w.length != target.dIn) {
             throw new MobiEditError("factors u[" + u.length + "], w[" + w.length
                 + "] do not fit the module [" + target.dOut + "x" + target.dIn + "]",
@@ -208,7 +224,12 @@ public final class Journal {
                 + " [" + prior.dOut + "x" + prior.dIn + "]", "record(), argument 'target'",
                 "use the bundle the journal belongs to");
         }
-        String baseSha = baseSha256(target.module);
+        String baseSha;
+        if (prior == null && baseWeight != null) {
+            baseSha = storeBase(target, baseWeight);
+        } else {
+            baseSha = baseSha256(target.module);
+        }
         long id = entries.isEmpty() ? 1 : entries.get(entries.size() - 1).id + 1;
         Map<String, String> meta = new LinkedHashMap<String, String>();
         meta.put("edit_id", Long.toString(id));
@@ -245,6 +266,34 @@ public final class Journal {
         next.add(entry);
         write(next);
         return entry;
+    }
+
+    /** Add {@code target.module}'s base weight to base.safetensors (keeping other modules). */
+    private String storeBase(EditTarget target, Tensor base) {
+        long[] shape = base.shape();
+        long want = (long) target.dOut * target.dIn;
+        if (shape.length != 2 || base.numel() != want) {
+            throw new MobiEditError("base weight " + java.util.Arrays.toString(shape)
+                + " does not fit the module [" + target.dOut + "x" + target.dIn + "]",
+                "record(), argument 'baseWeight'", "pass the module's weight");
+        }
+        File path = new File(folder, BASE_FILE);
+        Map<String, Tensor> tensors = new LinkedHashMap<String, Tensor>();
+        try {
+            if (path.isFile()) {
+                tensors.putAll(Safetensors.parse(Files2.read(path), path.getPath()).tensors);
+            }
+            Tensor named = new Tensor(target.module, base.dtype, shape, base.raw());
+            tensors.put(target.module, named);
+            Map<String, String> meta = new LinkedHashMap<String, String>();
+            meta.put("format", "mobiedit-journal-base");
+            Files2.writeAtomic(path, Safetensors.write(new ArrayList<Tensor>(tensors.values()),
+                meta));
+            return TensorHash.of(named);
+        } catch (IOException e) {
+            throw new MobiEditError("cannot write (" + e.getMessage() + ")", path.getPath(),
+                "free storage space and retry", e);
+        }
     }
 
     /** Mark {@code id} undone (journal rewritten atomically); its slot is freed on next fill. */

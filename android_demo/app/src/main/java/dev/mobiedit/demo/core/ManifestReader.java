@@ -2,19 +2,26 @@ package dev.mobiedit.demo.core;
 
 import java.io.File;
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 /**
- * Reads and validates manifest.json (docs/bundle_format.md) and verifies the bundle's files.
+ * Reads and validates manifest.json (docs/bundle_format.md; the rules of export/bundle.py
+ * read_manifest and verify_files) and verifies the bundle's files.
  *
  * <p>Rules enforced: {@code format_version} not newer than {@link Manifest#FORMAT_VERSION};
- * {@code runtime} known; {@code slots >= 1}; every dims / shapes entry a positive integer;
- * special tokens inside the vocabulary; {@code edit_layer < num_layers}; every program listed in
- * {@code files}; file names relative without "..". {@link #verifyFiles} checks each file's size
- * and sha256 before anything runs. Every error names the field and the fix.
+ * {@code runtime} known; {@code slots >= 1}; every dims / shapes entry a positive integer
+ * ({@code edit_tokens = edit_prefix + edit_suffix}); special tokens null or inside the
+ * vocabulary; {@code edit_layer < num_layers}; the four programs present, each with its file
+ * listed in {@code files}, a method (ExecuTorch) and its input / output names; file names without
+ * a path separator or a leading dot; the edit setup (templates, objective) usable.
+ * {@link #verifyFiles} checks each file's size and sha256 before anything runs. Every error names
+ * the field and the fix.
  */
 public final class ManifestReader {
     /** Name of the manifest inside a bundle folder. */
@@ -22,6 +29,8 @@ public final class ManifestReader {
     private static final String WHERE = "manifest.json";
     private static final List<String> QUANTIZATIONS =
         Arrays.asList("fp32", "8da8w", "8da4w", "qdq_a16w8");
+    private static final List<String> EDIT_QUANTIZATIONS =
+        Arrays.asList("fp32", "delta", "w8", "8da8w", "8da4w", "qdq_a16w8");
     private static final String REEXPORT = "re-export the bundle with mobiedit export";
 
     private ManifestReader() {
@@ -68,28 +77,35 @@ public final class ManifestReader {
         if (!QUANTIZATIONS.contains(quant)) {
             throw err("quantization", "unknown value '" + quant + "'", "use one of " + QUANTIZATIONS);
         }
+        String editQuant = quant;
+        if (o.get("edit_quantization") != null) {
+            editQuant = stringField(o, "edit_quantization");
+            if (!EDIT_QUANTIZATIONS.contains(editQuant)) {
+                throw err("edit_quantization", "unknown value '" + editQuant + "'",
+                    "use one of " + EDIT_QUANTIZATIONS);
+            }
+        }
         Map<String, Object> d = objectField(o, "dims");
         Manifest.Dims dims = new Manifest.Dims(pos(d, "dims", "vocab_size"),
             pos(d, "dims", "hidden_size"), pos(d, "dims", "intermediate_size"),
-            pos(d, "dims", "num_layers"), pos(d, "dims", "num_heads"),
+            pos(d, "dims", "d_out"), pos(d, "dims", "num_layers"), pos(d, "dims", "num_heads"),
             pos(d, "dims", "num_kv_heads"), pos(d, "dims", "head_dim"));
-        Map<String, Object> s = objectField(o, "shapes");
-        Manifest.Shapes shapes = new Manifest.Shapes(pos(s, "shapes", "max_seq_len"),
-            pos(s, "shapes", "prefill_chunk"), pos(s, "shapes", "edit_K"),
-            pos(s, "shapes", "edit_rows"), pos(s, "shapes", "edit_suffix"),
-            pos(s, "shapes", "edit_prefix"), pos(s, "shapes", "edit_readouts"));
+        Manifest.Shapes shapes = shapes(objectField(o, "shapes"));
         int layer = intField(o, "edit_layer", 0, dims.numLayers - 1);
         int slots = intField(o, "slots", 1, 4096);
         Map<String, Object> st = objectField(o, "special_tokens");
         int v = dims.vocabSize - 1;
-        int bos = sub(st, "special_tokens", "bos", 0, v);
-        int eos = sub(st, "special_tokens", "eos", 0, v);
-        int pad = sub(st, "special_tokens", "pad", 0, v);
+        int bos = token(st, "bos", v);
+        int eos = token(st, "eos", v);
+        int pad = token(st, "pad", v);
         Map<String, Manifest.FileEntry> files = files(objectField(o, "files"));
-        Map<String, String> programs = programs(objectField(o, "programs"), files);
+        Map<String, Manifest.Program> programs = programs(objectField(o, "programs"), files,
+            runtime);
+        String family = stringField(o, "model_family");
+        Manifest.EditSetup edit = edit(objectField(o, "edit"), family, shapes);
         String createdBy = o.get("created_by") instanceof String ? (String) o.get("created_by") : "";
-        return new Manifest(version, createdBy, runtime, stringField(o, "model_family"), quant,
-            layer, stringField(o, "edit_module"), dims, shapes, slots, bos, eos, pad, programs,
+        return new Manifest(version, createdBy, runtime, family, quant, editQuant, layer,
+            stringField(o, "edit_module"), dims, shapes, slots, bos, eos, pad, programs, edit,
             files);
     }
 
@@ -126,15 +142,37 @@ public final class ManifestReader {
         }
     }
 
+    private static Manifest.Shapes shapes(Map<String, Object> s) {
+        Manifest.Shapes shapes = new Manifest.Shapes(pos(s, "shapes", "max_seq_len"),
+            pos(s, "shapes", "prefill_chunk"), pos(s, "shapes", "edit_K"),
+            pos(s, "shapes", "edit_rows"), pos(s, "shapes", "edit_suffix"),
+            pos(s, "shapes", "edit_prefix"), pos(s, "shapes", "edit_targets"),
+            pos(s, "shapes", "edit_kl"));
+        if (s.get("edit_tokens") != null
+                && pos(s, "shapes", "edit_tokens") != shapes.editTokens()) {
+            throw err("shapes.edit_tokens", "is " + s.get("edit_tokens") + ", expected edit_prefix"
+                + " + edit_suffix = " + shapes.editTokens(), REEXPORT);
+        }
+        if (shapes.prefillChunk > shapes.maxSeqLen) {
+            throw err("shapes.prefill_chunk", "is larger than max_seq_len " + shapes.maxSeqLen,
+                REEXPORT);
+        }
+        if (shapes.editKl >= shapes.editRows) {
+            throw err("shapes.edit_kl", "must be < edit_rows (" + shapes.editRows + ")", REEXPORT);
+        }
+        return shapes;
+    }
+
     private static Map<String, Manifest.FileEntry> files(Map<String, Object> raw) {
         Map<String, Manifest.FileEntry> out = new LinkedHashMap<String, Manifest.FileEntry>();
         for (Map.Entry<String, Object> e : raw.entrySet()) {
             String name = e.getKey();
             String where = "files['" + name + "']";
-            if (name.length() == 0 || name.startsWith("/") || name.contains("..")
-                    || name.contains("\\") || name.startsWith("journal/")) {
+            if (name.length() == 0 || name.contains("/") || name.contains("\\")
+                    || name.startsWith(".") || name.equals(MANIFEST)) {
                 throw err(where, "is not a plain file name inside the bundle",
-                    "list bundle-relative names without '..' (the journal is never listed)");
+                    "list bundle-relative names without a path separator or a leading dot (the"
+                        + " journal and the manifest are never listed)");
             }
             if (!(e.getValue() instanceof Map)) {
                 throw err(where, "must be an object {\"sha256\": ..., \"bytes\": ...}", REEXPORT);
@@ -154,45 +192,160 @@ public final class ManifestReader {
         return out;
     }
 
-    private static Map<String, String> programs(Map<String, Object> raw,
-            Map<String, Manifest.FileEntry> files) {
-        Map<String, String> out = new LinkedHashMap<String, String>();
-        for (String name : Manifest.PROGRAMS) {
-            Object f = raw.get(name);
-            if (!(f instanceof String) || ((String) f).length() == 0) {
-                throw err("programs." + name, "is missing", REEXPORT);
-            }
-            if (!files.containsKey(f)) {
-                throw err("programs." + name, "names '" + f + "', which is not listed in 'files'",
+    @SuppressWarnings("unchecked")
+    private static Map<String, Manifest.Program> programs(Map<String, Object> raw,
+            Map<String, Manifest.FileEntry> files, String runtime) {
+        for (Map.Entry<String, Object> e : raw.entrySet()) {
+            Object spec = e.getValue();
+            Object f = spec instanceof Map ? ((Map<String, Object>) spec).get("file") : null;
+            if (!(f instanceof String) || !files.containsKey(f)) {
+                throw err("programs." + e.getKey() + ".file", f == null
+                    ? "is missing (each program is {\"file\", \"method\", \"inputs\", \"outputs\"})"
+                    : "names '" + f + "', which is not listed in 'files'",
                     REEXPORT + " (every program must carry a checksum)");
             }
-            out.put(name, (String) f);
+        }
+        Map<String, Manifest.Program> out = new LinkedHashMap<String, Manifest.Program>();
+        for (String role : Manifest.PROGRAMS) {
+            String field = "programs." + role;
+            Object spec = raw.get(role);
+            if (!(spec instanceof Map)) {
+                throw err(field, spec == null ? "is missing" : "must be an object {\"file\","
+                    + " \"method\", \"inputs\", \"outputs\"}, got " + Json.typeName(spec), REEXPORT);
+            }
+            Map<String, Object> p = (Map<String, Object>) spec;
+            Object method = p.get("method");
+            if (method != null && (!(method instanceof String) || ((String) method).length() == 0)) {
+                throw err(field + ".method", "must be a method name or null", REEXPORT);
+            }
+            if (method == null && Manifest.RUNTIME_EXECUTORCH.equals(runtime)) {
+                throw err(field + ".method", "is missing: an ExecuTorch program names its .pte"
+                    + " method", REEXPORT);
+            }
+            out.put(role, new Manifest.Program(role, (String) p.get("file"), (String) method,
+                names(p, field, "inputs"), names(p, field, "outputs")));
         }
         return out;
+    }
+
+    @SuppressWarnings("unchecked")
+    private static List<String> names(Map<String, Object> p, String field, String key) {
+        Object v = p.get(key);
+        if (!(v instanceof List) || ((List<Object>) v).isEmpty()) {
+            throw err(field + "." + key, "must be a non-empty list of tensor names", REEXPORT);
+        }
+        List<String> out = new ArrayList<String>();
+        Set<String> seen = new HashSet<String>();
+        for (Object n : (List<Object>) v) {
+            if (!(n instanceof String) || ((String) n).length() == 0 || !seen.add((String) n)) {
+                throw err(field + "." + key, "has a missing, empty or repeated name (" + n + ")",
+                    REEXPORT);
+            }
+            out.add((String) n);
+        }
+        return out;
+    }
+
+    @SuppressWarnings("unchecked")
+    private static Manifest.EditSetup edit(Map<String, Object> e, String family,
+            Manifest.Shapes shapes) {
+        Object t = e.get("templates");
+        if (!(t instanceof List) || ((List<Object>) t).isEmpty()) {
+            throw err("edit.templates", "must be a non-empty list of context templates", REEXPORT);
+        }
+        List<String> templates = new ArrayList<String>();
+        for (Object x : (List<Object>) t) {
+            if (!(x instanceof String) || !((String) x).contains(EditRequest.SLOT)) {
+                throw err("edit.templates", "entry " + Json.writeCompact(x)
+                    + " is not a text with a '{}' slot", REEXPORT);
+            }
+            templates.add((String) x);
+        }
+        if (templates.size() + 1 > shapes.editRows) {
+            throw err("edit.templates", templates.size() + " templates + 1 KL prompt need "
+                + (templates.size() + 1) + " rows, shapes.edit_rows is " + shapes.editRows,
+                REEXPORT);
+        }
+        Manifest.Objective d = Manifest.Objective.rome();
+        Manifest.Objective objective = d;
+        if (e.get("objective") != null) {
+            Map<String, Object> ob = objectField(e, "objective", "edit.objective");
+            String kl = ob.get("kl_prompt") == null ? d.klPrompt
+                : stringField(ob, "kl_prompt", "edit.objective.kl_prompt");
+            int slot = kl.indexOf(EditRequest.SLOT);
+            if (slot < 0 || kl.indexOf(EditRequest.SLOT, slot + 1) >= 0) {
+                throw err("edit.objective.kl_prompt", "must contain exactly one '{}'", REEXPORT);
+            }
+            objective = new Manifest.Objective(
+                number(ob, "kl_factor", d.klFactor, 0, "edit.objective.kl_factor"), kl,
+                number(ob, "weight_decay", d.weightDecay, 0, "edit.objective.weight_decay"),
+                number(ob, "clamp_norm_factor", d.clampNormFactor, Double.MIN_VALUE,
+                    "edit.objective.clamp_norm_factor"));
+        }
+        boolean mom2 = bool(e, "mom2", true, "edit.mom2");
+        double ridge = number(e, "ridge", 1e-4, 0, "edit.ridge");
+        boolean outIn = bool(e, "weight_out_in", !"gpt2".equals(family), "edit.weight_out_in");
+        return new Manifest.EditSetup(templates, objective, mom2, ridge, outIn);
+    }
+
+    private static double number(Map<String, Object> o, String key, double dflt, double lo,
+            String field) {
+        Object v = o.get(key);
+        if (v == null) {
+            return dflt;
+        }
+        if (!(v instanceof Long || v instanceof Double)) {
+            throw err(field, "must be a number, got " + Json.typeName(v), REEXPORT);
+        }
+        double x = ((Number) v).doubleValue();
+        if (!(x >= lo) || Double.isInfinite(x)) {
+            throw err(field, "is " + x + ", must be a finite number >= " + lo, REEXPORT);
+        }
+        return x;
+    }
+
+    private static boolean bool(Map<String, Object> o, String key, boolean dflt, String field) {
+        Object v = o.get(key);
+        if (v == null) {
+            return dflt;
+        }
+        if (!(v instanceof Boolean)) {
+            throw err(field, "must be true or false, got " + Json.typeName(v), REEXPORT);
+        }
+        return (Boolean) v;
     }
 
     private static MobiEditError err(String field, String msg, String fix) {
         return new MobiEditError(msg, WHERE + ", field '" + field + "'", fix);
     }
 
-    private static Object need(Map<String, Object> o, String field) {
-        if (!o.containsKey(field) || o.get(field) == null) {
+    private static Object need(Map<String, Object> o, String key, String field) {
+        if (!o.containsKey(key) || o.get(key) == null) {
             throw err(field, "is missing", REEXPORT);
         }
-        return o.get(field);
+        return o.get(key);
     }
 
     private static String stringField(Map<String, Object> o, String field) {
-        Object v = need(o, field);
+        return stringField(o, field, field);
+    }
+
+    private static String stringField(Map<String, Object> o, String key, String field) {
+        Object v = need(o, key, field);
         if (!(v instanceof String) || ((String) v).trim().length() == 0) {
             throw err(field, "must be non-empty text, got " + Json.typeName(v), REEXPORT);
         }
         return (String) v;
     }
 
-    @SuppressWarnings("unchecked")
     private static Map<String, Object> objectField(Map<String, Object> o, String field) {
-        Object v = need(o, field);
+        return objectField(o, field, field);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> objectField(Map<String, Object> o, String key,
+            String field) {
+        Object v = need(o, key, field);
         if (!(v instanceof Map)) {
             throw err(field, "must be an object, got " + Json.typeName(v), REEXPORT);
         }
@@ -200,7 +353,11 @@ public final class ManifestReader {
     }
 
     private static int intField(Map<String, Object> o, String field, int lo, int hi) {
-        Object v = need(o, field);
+        return intField(o, field, field, lo, hi);
+    }
+
+    private static int intField(Map<String, Object> o, String key, String field, int lo, int hi) {
+        Object v = need(o, key, field);
         if (!(v instanceof Long)) {
             throw err(field, "must be an integer, got " + Json.typeName(v), REEXPORT);
         }
@@ -211,16 +368,15 @@ public final class ManifestReader {
         return (int) x;
     }
 
-    private static int pos(Map<String, Object> o, String parent, String field) {
-        return sub(o, parent, field, 1, Integer.MAX_VALUE);
+    private static int pos(Map<String, Object> o, String parent, String key) {
+        return intField(o, key, parent + "." + key, 1, Integer.MAX_VALUE);
     }
 
-    private static int sub(Map<String, Object> o, String parent, String field, int lo, int hi) {
-        try {
-            return intField(o, field, lo, hi);
-        } catch (MobiEditError e) {
-            throw new MobiEditError(e.detail(), WHERE + ", field '" + parent + "." + field + "'",
-                e.fix());
+    /** A special token id: null (or absent) gives -1, else an id in [0, maxId]. */
+    private static int token(Map<String, Object> o, String key, int maxId) {
+        if (o.get(key) == null) {
+            return -1;
         }
+        return intField(o, key, "special_tokens." + key, 0, maxId);
     }
 }

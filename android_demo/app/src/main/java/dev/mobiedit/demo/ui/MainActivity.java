@@ -78,12 +78,11 @@ public final class MainActivity extends Activity {
 
     private void load() {
         final File dir = new File(path.getText().toString().trim());
-        final File cache = getCacheDir();
         status.setText(R.string.loading);
         DemoApp.of(this).run(new DemoApp.Job<BundleSession>() {
             @Override
             protected BundleSession work() throws Exception {
-                return BundleSession.open(dir, cache, ExecuTorchRuntime.FACTORY,
+                return BundleSession.open(dir, ExecuTorchRuntime.FACTORY,
                     new ManifestReader.Progress() {
                         @Override
                         public void checking(final String name, final int i, final int n) {

@@ -106,10 +106,9 @@ class BundleSessionTest {
     @Test
     void loadEditApplyUndoReopen(@TempDir Path tmp) throws Exception {
         File dir = tmp.resolve("bundle").toFile();
-        File cache = tmp.resolve("cache").toFile();
         Fixtures.writeBundle(dir, Fixtures.baseWeight());
         FakeRuntime rt = new FakeRuntime();
-        BundleSession s = BundleSession.open(dir, cache, (d, m) -> rt, null);
+        BundleSession s = BundleSession.open(dir, (d, m) -> rt, null);
         Manifest m = s.manifest();
         assertEquals(Fixtures.MODULE, m.editModule);
         assertEquals(" French", s.answer("The mother tongue of Danielle Darrieux is"));
@@ -127,8 +126,10 @@ class BundleSessionTest {
         };
         EditOutcome o = s.edit(req, quiet, null);
         assertTrue(o.succeeded);
-        assertEquals(2, s.templates().size());
-        assertEquals(1, cache.list().length, "templates cached");
+        assertEquals(Fixtures.TEMPLATES, s.templates());
+        assertEquals(1, rt.programs.prefixCalls);
+        assertEquals(2, rt.programs.lastPack.nRewrite, "one row per manifest template");
+        assertEquals(2, rt.starts, "the before-answer only: templates come from the manifest");
 
         JournalEntry e = s.apply(o);
         assertEquals(1, e.id);
@@ -136,6 +137,10 @@ class BundleSessionTest {
         assertEquals(Fixtures.D_OUT, e.dOut);
         Tensor base = Tensor.f32("b", new long[] {Fixtures.D_OUT, Fixtures.D_IN}, Fixtures.baseWeight());
         assertEquals(TensorHash.of(base), e.baseSha256);
+        // the first edit stored keystats' base_weight in the journal, as mobiedit/journal.py does
+        Tensor stored = dev.mobiedit.demo.core.Safetensors.parse(Files2.read(new File(dir, "journal/base.safetensors")),
+            "base").get(Fixtures.MODULE, "base");
+        assertEquals(TensorHash.of(base), TensorHash.of(stored));
         assertArrayEquals(o.u, Arrays.copyOf(rt.slotU, Fixtures.D_OUT));
         assertEquals(" English", s.answer("The mother tongue of Danielle Darrieux is"));
         assertTrue(e.timestamp.matches("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{6}\\+00:00"), e.timestamp);
@@ -145,11 +150,9 @@ class BundleSessionTest {
         s.close();
 
         FakeRuntime rt2 = new FakeRuntime();
-        BundleSession again = BundleSession.open(dir, cache, (d, mm) -> rt2, null);
+        BundleSession again = BundleSession.open(dir, (d, mm) -> rt2, null);
         assertEquals(1, again.journal().entries().size());
         assertEquals("undone", again.journal().entry(1).status);
-        again.templates();
-        assertEquals(0, rt2.starts, "templates came from the cache");
         @SuppressWarnings("unchecked")
         Map<String, Object> metrics = again.journal().entry(1).metrics;
         assertEquals(true, metrics.get("succeeded"));
@@ -162,7 +165,7 @@ class BundleSessionTest {
         Fixtures.writeBundle(dir, Fixtures.baseWeight());
         Files.write(new File(dir, "tokenizer.json").toPath(), "{}".getBytes("UTF-8"));
         MobiEditError e = assertThrows(MobiEditError.class,
-            () -> BundleSession.open(dir, tmp.toFile(), (d, m) -> new FakeRuntime(), null));
+            () -> BundleSession.open(dir, (d, m) -> new FakeRuntime(), null));
         assertTrue(e.getMessage().contains("files['tokenizer.json']"), e.getMessage());
 
         File onnx = tmp.resolve("onnx").toFile();
@@ -170,7 +173,7 @@ class BundleSessionTest {
         File mf = new File(onnx, "manifest.json");
         Files.write(mf.toPath(), Files2.readText(mf).replace("\"executorch\"", "\"onnxruntime\"").getBytes("UTF-8"));
         e = assertThrows(MobiEditError.class,
-            () -> BundleSession.open(onnx, tmp.toFile(), (d, m) -> new FakeRuntime(), null));
+            () -> BundleSession.open(onnx, (d, m) -> new FakeRuntime(), null));
         assertTrue(e.fix().contains("--runtime executorch"), e.getMessage());
     }
 }

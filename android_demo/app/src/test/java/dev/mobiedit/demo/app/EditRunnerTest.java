@@ -25,7 +25,7 @@ import org.junit.jupiter.api.Test;
 
 /** The whole edit pipeline with the real native engine and a Java quadratic "edit program". */
 class EditRunnerTest {
-    static final List<String> TEMPLATES = Arrays.asList("{}", "The quick brown fox. {}");
+    static final List<String> TEMPLATES = Fixtures.TEMPLATES;
 
     @BeforeAll
     static void lib() {
@@ -36,9 +36,7 @@ class EditRunnerTest {
         Map<String, Object> m = Fixtures.manifestMap();
         @SuppressWarnings("unchecked")
         Map<String, Object> files = (Map<String, Object>) m.get("files");
-        for (String p : new String[] {"prefill.pte", "decode.pte", "edit.pte", "prefix.pte"}) {
-            files.put(p, Fixtures.map("sha256", String.join("", java.util.Collections.nCopies(64, "0")), "bytes", 1L));
-        }
+        files.put("model.pte", Fixtures.map("sha256", String.join("", java.util.Collections.nCopies(64, "0")), "bytes", 1L));
         return ManifestReader.parse(Json.write(m, true));
     }
 
@@ -62,7 +60,15 @@ class EditRunnerTest {
     }
 
     static EditOutcome run(QuadraticPrograms p, Recorder rec, AtomicBoolean cancel) throws Exception {
+        return run(p, rec, cancel, null);
+    }
+
+    static EditOutcome run(QuadraticPrograms p, Recorder rec, AtomicBoolean cancel, SuccessCriterion success)
+            throws Exception {
         EditRunner r = new EditRunner(Fixtures.tokenizer(), manifest(), p, KeyStats.identity(Fixtures.D_IN));
+        if (success != null) {
+            r.setSuccess(success);
+        }
         EditRequest req = EditRequest.fromForm("Danielle Darrieux", "The mother tongue of {} is", "English");
         float[][] slots = {new float[2 * Fixtures.D_OUT], new float[2 * Fixtures.D_IN]};
         return r.run(req, TEMPLATES, slots, prompt -> "French", rec, cancel);
@@ -81,7 +87,8 @@ class EditRunnerTest {
         assertEquals(1.0, rec.steps.get(0)[1], 1e-6);  // loss at delta 0 is ||T||^2/||T||^2
         assertEquals(17.0 * o.steps + o.steps, o.evals, "17 per step + 1 per check");
         assertEquals(1, p.prefixCalls);
-        assertEquals(3, p.lastBatch.rows);
+        assertEquals(3, p.lastPack.nRows);
+        assertEquals(2, p.lastPack.nRewrite);
         assertTrue(QuadraticPrograms.loss(o.delta, 0) < 0.02);
 
         // u = v* - W k_cur = delta;  w = C^-1 k_bar / (k_cur . C^-1 k_bar) with C = I
@@ -98,6 +105,61 @@ class EditRunnerTest {
         assertEquals(true, metrics.get("succeeded"));
         assertEquals("SUCCESS_CHECK", metrics.get("status"));
         assertEquals("fzoo", o.configJson().get("estimator"));
+        assertEquals(0.75, o.configJson().get("success_fraction"));
+        assertEquals(0.5, o.configJson().get("success_nll"));
+    }
+
+    // The success rule (SuccessCriterion) through the whole pipeline. The fixture request has
+    // n_rewrite = 2 (plain prompt + one context template), weight_decay 0.5, ||v_init||^2 = 8.
+
+    @Test
+    void plainPromptWrongIsNeverASuccessWhateverTheShare() throws Exception {
+        QuadraticPrograms p = new QuadraticPrograms(17);
+        p.wrongRow = 0;  // row 1 becomes fully correct, row 0 never: share 1/2 >= 0.5
+        EditOutcome o = run(p, new Recorder(), null, new SuccessCriterion(0.5, 0.5));
+        assertEquals(EngineStatus.MAX_STEPS, o.status);
+        assertFalse(o.succeeded);
+    }
+
+    @Test
+    void tooSmallAShareOfCorrectRowsIsNotASuccess() throws Exception {
+        QuadraticPrograms p = new QuadraticPrograms(17);
+        p.wrongRow = 1;  // plain prompt right, share 1/2 < 0.75
+        EditOutcome o = run(p, new Recorder(), null);
+        assertEquals(EngineStatus.MAX_STEPS, o.status);
+        assertFalse(o.succeeded);
+
+        QuadraticPrograms q = new QuadraticPrograms(17);
+        q.wrongRow = 1;
+        EditOutcome ok = run(q, new Recorder(), null, new SuccessCriterion(0.5, 0.5));
+        assertEquals(EngineStatus.SUCCESS_CHECK, ok.status);
+        assertTrue(ok.succeeded);
+        assertEquals(0.5, ok.configJson().get("success_fraction"));
+    }
+
+    @Test
+    void theLossMarginIsTheLossWithoutItsDecayTerm() throws Exception {
+        // every row right, but loss - decay > 0.5: loss ~ 1.0, decay = 0.5 ||delta|| / 8 ~ 0.19
+        QuadraticPrograms p = new QuadraticPrograms(17);
+        p.lossOffset = 1.0;
+        EditOutcome o = run(p, new Recorder(), null);
+        assertEquals(EngineStatus.MAX_STEPS, o.status);
+        assertFalse(o.succeeded);
+
+        // loss ~ 0.6 > 0.5, but loss - decay ~ 0.42 <= 0.5: the decay term is left out
+        QuadraticPrograms q = new QuadraticPrograms(17);
+        q.lossOffset = 0.6;
+        EditOutcome ok = run(q, new Recorder(), null);
+        assertEquals(EngineStatus.SUCCESS_CHECK, ok.status, "losses " + Arrays.toString(ok.history));
+        assertTrue(ok.succeeded);
+        double loss = QuadraticPrograms.loss(ok.delta, 0) + 0.6;
+        double decay = SuccessCriterion.decay(0.5, ok.delta, 0, ok.delta.length, QuadraticPrograms.state().vInit);
+        assertTrue(loss > 0.5 && loss - decay <= 0.5, "loss " + loss + ", decay " + decay);
+
+        // a looser margin lets the first one through
+        QuadraticPrograms r = new QuadraticPrograms(17);
+        r.lossOffset = 1.0;
+        assertTrue(run(r, new Recorder(), null, new SuccessCriterion(0.75, 1.5)).succeeded);
     }
 
     @Test
@@ -149,7 +211,7 @@ class EditRunnerTest {
     void prefixOutputsOfTheWrongSizeAreRefused() throws Exception {
         QuadraticPrograms wrong = new QuadraticPrograms(17) {
             @Override
-            public PrefixState prefix(dev.mobiedit.demo.core.EditBatch b, float[] u, float[] w) {
+            public PrefixState prefix(dev.mobiedit.demo.core.EditPack b, float[] u, float[] w) {
                 PrefixState s = state();
                 return new PrefixState(s.handle, new float[3], s.kCur, s.outCur, s.vInit);
             }

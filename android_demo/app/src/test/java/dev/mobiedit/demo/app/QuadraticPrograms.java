@@ -1,12 +1,14 @@
 package dev.mobiedit.demo.app;
 
-import dev.mobiedit.demo.core.EditBatch;
+import dev.mobiedit.demo.core.EditPack;
 import dev.mobiedit.demo.core.Fixtures;
 
 /**
  * A stand-in for the bundle's prefix + edit programs: loss(delta) = ||delta - TARGET||^2 /
- * ||TARGET||^2 per row (zero-padded rows included), "correct" = 1 for every rewrite prompt when
- * the loss is below {@link #holdsBelow}. The prefix state is fixed: ||v_init|| = sqrt(d) (scale 1).
+ * ||TARGET||^2 + {@link #lossOffset} per row (zero-padded rows included), "correct" = target_len
+ * (every target token is the argmax) for every rewrite prompt when the quadratic part is below
+ * {@link #holdsBelow}, else target_len - 1; the rewrite row {@link #wrongRow} (if >= 0) is never
+ * fully correct. The prefix state is fixed: v_init = ones, ||v_init|| = sqrt(d) (scale 1).
  */
 public class QuadraticPrograms implements EditPrograms {
     public static final int D = Fixtures.D_OUT;
@@ -14,9 +16,13 @@ public class QuadraticPrograms implements EditPrograms {
     public static final float[] TARGET = {0.5f, -1f, 0.25f, 2f, -0.75f, 1f, 0f, -1.5f};
     private final int batchRows;
     public double holdsBelow = 0.02;
+    /** Added to every loss (shifts the loss the success margin sees, not the search). */
+    public double lossOffset = 0;
+    /** A rewrite row that never shows the whole target (-1: none). */
+    public int wrongRow = -1;
     public int prefixCalls;
     public int editCalls;
-    public EditBatch lastBatch;
+    public EditPack lastPack;
     public float[] lastSlotU;
 
     public QuadraticPrograms(int batchRows) {
@@ -51,9 +57,9 @@ public class QuadraticPrograms implements EditPrograms {
     }
 
     @Override
-    public PrefixState prefix(EditBatch batch, float[] slotU, float[] slotW) {
+    public PrefixState prefix(EditPack pack, float[] slotU, float[] slotW) {
         prefixCalls++;
-        lastBatch = batch;
+        lastPack = pack;
         lastSlotU = slotU.clone();
         return state();
     }
@@ -65,11 +71,12 @@ public class QuadraticPrograms implements EditPrograms {
         }
         editCalls++;
         int nRewrite = correct.length / batchRows;
+        int targetLen = lastPack.targetLen;
         for (int r = 0; r < batchRows; r++) {
             double l = loss(deltas, r);
-            losses[r] = (float) l;
+            losses[r] = (float) (l + lossOffset);
             for (int j = 0; j < nRewrite; j++) {
-                correct[r * nRewrite + j] = l < holdsBelow ? 1f : 0.5f;
+                correct[r * nRewrite + j] = l < holdsBelow && j != wrongRow ? targetLen : targetLen - 1;
             }
         }
     }

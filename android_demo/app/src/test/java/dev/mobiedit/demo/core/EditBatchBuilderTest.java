@@ -13,19 +13,13 @@ import org.junit.jupiter.api.Test;
 
 /** Against edit_batch_case.json: mobiedit.rome.context.build_edit_inputs on the same tokenizer. */
 class EditBatchBuilderTest {
-    static final int WIDTH = 40;
-
-    static Manifest.Shapes shapes(int rows, int prefix, int suffix, int readouts) {
-        return new Manifest.Shapes(64, 8, 17, rows, suffix, prefix, readouts);
-    }
-
     @SuppressWarnings("unchecked")
     static Map<String, Object> pyCase() throws Exception {
         return Json.parseObject(Files2.readText(Fixtures.resource("edit_batch_case.json")), "case");
     }
 
     @SuppressWarnings("unchecked")
-    static EditBatch build(Manifest.Shapes s) throws Exception {
+    static EditBatch build() throws Exception {
         Map<String, Object> c = pyCase();
         EditRequest req = EditRequest.fromForm((String) c.get("subject"), (String) c.get("prompt"),
             (String) c.get("target_new"));
@@ -33,22 +27,14 @@ class EditBatchBuilderTest {
         for (Object t : (List<Object>) c.get("templates")) {
             templates.add((String) t);
         }
-        return EditBatchBuilder.build(Fixtures.tokenizer(), req, templates, s, 0);
+        return EditBatchBuilder.build(Fixtures.tokenizer(), req, templates, EditBatchBuilder.KL_PROMPT, 0);
     }
 
-    /** Python's [rows, T] matrix right-padded to the program width. */
+    /** Python's [rows, T] matrix, row-major. */
     @SuppressWarnings("unchecked")
-    static long[] padded(Object rows, long fill) {
-        List<Object> r = (List<Object>) rows;
-        long[] out = new long[r.size() * WIDTH];
-        Arrays.fill(out, fill);
-        for (int i = 0; i < r.size(); i++) {
-            List<Object> row = (List<Object>) r.get(i);
-            for (int j = 0; j < row.size(); j++) {
-                out[i * WIDTH + j] = (Long) row.get(j);
-            }
-        }
-        return out;
+    static long[] flat(Object rows) {
+        return ((List<Object>) rows).stream().flatMap(r -> ((List<Object>) r).stream())
+            .mapToLong(x -> (Long) x).toArray();
     }
 
     static long[] longs(Object l) {
@@ -56,32 +42,35 @@ class EditBatchBuilderTest {
     }
 
     @Test
+    @SuppressWarnings("unchecked")
     void equalsPythonsEditInputs() throws Exception {
         Map<String, Object> c = pyCase();
-        EditBatch b = build(shapes(4, 24, 16, 64));
+        EditBatch b = build();
         assertEquals(4, b.rows);
-        assertEquals(WIDTH, b.width);
+        assertEquals(((List<Object>) ((List<Object>) c.get("input_ids")).get(0)).size(), b.width);
         assertEquals(((Long) c.get("n_rewrite")).intValue(), b.nRewrite);
         assertEquals(((Long) c.get("target_len")).intValue(), b.targetLen);
-        assertArrayEquals(padded(c.get("input_ids"), 0), b.inputIds);
-        assertArrayEquals(padded(c.get("attention_mask"), 0), b.attentionMask);
-        assertArrayEquals(padded(c.get("labels"), -100), b.labels);
+        assertArrayEquals(flat(c.get("input_ids")), b.inputIds);
+        assertArrayEquals(flat(c.get("attention_mask")), b.attentionMask);
+        assertArrayEquals(flat(c.get("labels")), b.labels);
         assertArrayEquals(longs(c.get("subject_idx")), b.subjectIdx);
         assertArrayEquals(longs(c.get("last_idx")), b.lastIdx);
-        assertEquals(b.nRewrite * b.targetLen + 1, b.readouts());
+        assertEquals(b.nRewrite * b.targetLen, b.targetReadouts());
+        assertEquals(1, b.klRows());
     }
 
     @Test
-    void refusesEditsThatDoNotFitTheStaticShapes() throws Exception {
-        MobiEditError e = assertThrows(MobiEditError.class, () -> build(shapes(4, 8, 16, 64)));
-        assertTrue(e.getMessage().contains("shapes.edit_prefix"), e.getMessage());
-        e = assertThrows(MobiEditError.class, () -> build(shapes(4, 24, 1, 64)));
-        assertTrue(e.getMessage().contains("shapes.edit_suffix"), e.getMessage());
-        e = assertThrows(MobiEditError.class, () -> build(shapes(4, 24, 16, 2)));
-        assertTrue(e.getMessage().contains("shapes.edit_readouts"), e.getMessage());
-        e = assertThrows(MobiEditError.class, () -> build(shapes(5, 24, 16, 64)));
-        assertTrue(e.getMessage().contains("shapes.edit_rows"), e.getMessage());
-        e = assertThrows(MobiEditError.class, () -> build(new Manifest.Shapes(64, 8, 17, 4, 4, 4, 64)));
-        assertTrue(e.getMessage().contains("edit_prefix + edit_suffix"), e.getMessage());
+    void usesTheBundlesKlPromptAndRefusesBadRequests() throws Exception {
+        ByteLevelBpe tok = Fixtures.tokenizer();
+        EditRequest req = EditRequest.fromForm("Paris", "{} is the capital of", "France");
+        EditBatch b = EditBatchBuilder.build(tok, req, Arrays.asList("{}"), "Everyone knows {}", 0);
+        int[] kl = tok.encode("Everyone knows Paris", true);
+        assertEquals(kl.length - 1, b.lastIdx[1]);
+        assertEquals(kl.length - 1, b.subjectIdx[1]);
+        assertThrows(MobiEditError.class,
+            () -> EditBatchBuilder.build(tok, req, new ArrayList<>(), "{} is a", 0));
+        MobiEditError e = assertThrows(MobiEditError.class,
+            () -> EditBatchBuilder.build(tok, req, Arrays.asList("{}"), "Somebody is a", 0));
+        assertTrue(e.getMessage().contains("does not occur"), e.getMessage());
     }
 }

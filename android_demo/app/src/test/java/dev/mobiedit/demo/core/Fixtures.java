@@ -5,7 +5,9 @@ import java.io.IOException;
 import java.net.URISyntaxException;
 import java.net.URL;
 import java.nio.file.Files;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
@@ -38,7 +40,30 @@ public final class Fixtures {
         return ByteLevelBpe.fromJson(Files2.readText(f), f.getPath());
     }
 
-    /** A valid manifest map (files filled by {@link #writeBundle}); edit_rows = 3 by default. */
+    /** The two context templates of {@link #manifestMap} (edit_rows 3 = 2 templates + KL). */
+    public static final List<String> TEMPLATES = Arrays.asList("{}", "The quick brown fox. {}");
+
+    /** Program input / output names as export/graphs.py writes them (rotary family). */
+    public static Map<String, Object> programs(String file) {
+        List<Object> step = Arrays.<Object>asList("tokens", "start", "logit_index", "kv_cache", "slot_u",
+            "slot_w");
+        List<Object> stepOut = Arrays.<Object>asList("logits", "new_kv");
+        return map(
+            "prefill", map("file", file, "method", "prefill", "inputs", step, "outputs", stepOut),
+            "decode", map("file", file, "method", "decode", "inputs", step, "outputs", stepOut),
+            "prefix", map("file", file, "method", "prefix", "inputs", Arrays.<Object>asList("input_ids",
+                "suffix_pos", "subject_pos", "kl_index", "slot_u", "slot_w"), "outputs",
+                Arrays.<Object>asList("h_suffix", "prefix_kv", "cos", "sin", "kl_ref", "keys", "values")),
+            "edit", map("file", file, "method", "edit", "inputs", Arrays.<Object>asList("deltas", "h_suffix",
+                "prefix_kv", "mask", "cos", "sin", "target_index", "target_label", "target_weight",
+                "target_rows", "kl_suffix_index", "kl_ref", "kl_weight", "wd_scale"), "outputs",
+                Arrays.<Object>asList("losses", "correct")));
+    }
+
+    /**
+     * A valid manifest map in export/bundle.py's format (files filled by {@link #writeBundle});
+     * edit_rows = 3 (two templates + the KL prompt).
+     */
     public static Map<String, Object> manifestMap() {
         Map<String, Object> m = new LinkedHashMap<>();
         m.put("format_version", 1L);
@@ -46,18 +71,33 @@ public final class Fixtures {
         m.put("runtime", "executorch");
         m.put("model_family", "llama");
         m.put("quantization", "fp32");
+        m.put("edit_quantization", "fp32");
         m.put("edit_layer", 1L);
         m.put("edit_module", MODULE);
         m.put("dims", map("vocab_size", 400L, "hidden_size", (long) D_OUT, "intermediate_size",
-            (long) D_IN, "num_layers", 2L, "num_heads", 2L, "num_kv_heads", 2L, "head_dim", 4L));
+            (long) D_IN, "num_layers", 2L, "num_heads", 2L, "num_kv_heads", 2L, "head_dim", 4L,
+            "d_out", (long) D_OUT));
         m.put("shapes", map("max_seq_len", 64L, "prefill_chunk", 8L, "edit_K", 17L, "edit_rows", 3L,
-            "edit_suffix", 16L, "edit_prefix", 24L, "edit_readouts", 64L));
+            "edit_suffix", 16L, "edit_prefix", 24L, "edit_targets", 64L, "edit_kl", 1L,
+            "edit_tokens", 40L));
         m.put("slots", 2L);
         m.put("special_tokens", map("bos", 1L, "eos", 2L, "pad", 0L));
-        m.put("programs", map("prefill", "prefill.pte", "decode", "decode.pte", "edit", "edit.pte",
-            "prefix", "prefix.pte"));
+        m.put("programs", programs("model.pte"));
+        m.put("edit", map("templates", new ArrayList<Object>(TEMPLATES), "objective",
+            map("kl_factor", 0.0625, "kl_prompt", "{} is a", "weight_decay", 0.5,
+                "clamp_norm_factor", 4.0), "mom2", true, "ridge", 1e-4, "weight_out_in", true));
+        m.put("checks", map("export_seconds", 1.5, "capture_seconds", 0.5));
         m.put("files", new LinkedHashMap<String, Object>());
         return m;
+    }
+
+    /** A feed with a [1, 1] int64 tensor under each of {@code names}. */
+    public static Map<String, HostTensor> mapOf(List<String> names) {
+        Map<String, HostTensor> out = new LinkedHashMap<>();
+        for (String n : names) {
+            out.put(n, HostTensor.i64(new long[] {1}, 1, 1));
+        }
+        return out;
     }
 
     /** Ordered map from alternating key, value arguments. */
@@ -70,37 +110,44 @@ public final class Fixtures {
     }
 
     /**
-     * Write a bundle into {@code dir}: fixture tokenizer, identity keystats, dummy program files,
-     * journal/base.safetensors holding {@code base} [D_OUT, D_IN], and a manifest listing all of
-     * them with sizes and checksums. Returns the manifest map written.
+     * Write a bundle into {@code dir} as mobiedit export lays it out: fixture tokenizer, keystats
+     * (identity C^-1 as its upper triangle, {@code base} [D_OUT, D_IN] as base_weight), a dummy
+     * model.pte, an empty journal and a manifest listing the files with sizes and checksums.
+     * Returns the manifest map written.
      */
     @SuppressWarnings("unchecked")
     public static Map<String, Object> writeBundle(File dir, float[] base) throws IOException {
         dir.mkdirs();
         Files.copy(resource("tokenizer.json").toPath(), new File(dir, "tokenizer.json").toPath());
-        float[] eye = new float[D_IN * D_IN];
-        for (int i = 0; i < D_IN; i++) {
-            eye[i * D_IN + i] = 1f;
+        float[] triu = new float[D_IN * (D_IN + 1) / 2];
+        for (int i = 0, k = 0; i < D_IN; i++) {
+            for (int j = i; j < D_IN; j++, k++) {
+                triu[k] = i == j ? 1f : 0f;
+            }
         }
-        Files.write(new File(dir, "keystats.safetensors").toPath(), Safetensors.write(
-            Arrays.asList(Tensor.f32("c_inv", new long[] {D_IN, D_IN}, eye)), null));
-        for (String p : new String[] {"prefill", "decode", "edit", "prefix"}) {
-            Files.write(new File(dir, p + ".pte").toPath(), ("fake program " + p).getBytes("UTF-8"));
-        }
+        Map<String, String> meta = new LinkedHashMap<>();
+        meta.put("module", MODULE);
+        Files.write(new File(dir, "keystats.safetensors").toPath(), Safetensors.write(Arrays.asList(
+            Tensor.f32("c_inv_triu", new long[] {triu.length}, triu),
+            Tensor.f32("base_weight", new long[] {D_OUT, D_IN}, base)), meta));
+        Files.write(new File(dir, "model.pte").toPath(), "fake program".getBytes("UTF-8"));
         File journal = new File(dir, "journal");
         journal.mkdirs();
-        Files.write(new File(journal, "base.safetensors").toPath(), Safetensors.write(
-            Arrays.asList(Tensor.f32(MODULE, new long[] {D_OUT, D_IN}, base)), null));
+        Files.write(new File(journal, "journal.jsonl").toPath(), new byte[0]);
         Map<String, Object> m = manifestMap();
         Map<String, Object> files = (Map<String, Object>) m.get("files");
-        for (String name : new String[] {"tokenizer.json", "keystats.safetensors", "prefill.pte",
-            "decode.pte", "edit.pte", "prefix.pte"}) {
+        for (String name : new String[] {"keystats.safetensors", "model.pte", "tokenizer.json"}) {
             File f = new File(dir, name);
             files.put(name, map("sha256", Sha256.hexOfFile(f), "bytes", f.length()));
         }
         Files.write(new File(dir, "manifest.json").toPath(),
             Json.write(m, true).getBytes("UTF-8"));
         return m;
+    }
+
+    /** The exported-bundle fixture (tools/make_bundle_fixture.py). */
+    public static File exportedBundle() {
+        return resource("exported_bundle");
     }
 
     /** A deterministic base weight [D_OUT, D_IN]. */

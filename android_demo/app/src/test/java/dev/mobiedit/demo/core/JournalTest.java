@@ -183,13 +183,34 @@ class JournalTest {
 
     @Test
     void baseShaComesFromBaseSafetensorsForTheFirstEdit(@TempDir Path tmp) throws Exception {
-        File bundle = tmp.resolve("bundle").toFile();
-        Fixtures.writeBundle(bundle, Fixtures.baseWeight());
-        Journal j = Journal.open(new File(bundle, "journal"));
-        String sha = j.baseSha256(Fixtures.MODULE);
-        Tensor base = Tensor.f32("b", new long[] {Fixtures.D_OUT, Fixtures.D_IN}, Fixtures.baseWeight());
-        assertEquals(TensorHash.of(base), sha);
+        File dir = tmp.resolve("journal").toFile();
+        dir.mkdirs();
+        Files.copy(Fixtures.resource("py_journal/base.safetensors").toPath(), new File(dir, Journal.BASE_FILE).toPath());
+        Journal j = Journal.open(dir);
+        assertEquals(expected().get("base_sha256"), j.baseSha256(Fixtures.MODULE));
         MobiEditError e = assertThrows(MobiEditError.class, () -> j.baseSha256("model.layers.0.mlp.down_proj"));
         assertTrue(e.fix().contains("re-export"), e.getMessage());
+    }
+
+    @Test
+    void theFirstEditStoresTheBaseWeightAsPythonDoes(@TempDir Path tmp) throws Exception {
+        // an exported bundle's journal starts empty; its base weight is keystats' base_weight
+        File dir = tmp.resolve("journal").toFile();
+        Journal j = Journal.open(dir);
+        File py = Fixtures.resource("py_journal/base.safetensors");
+        Tensor base = Safetensors.parse(Files2.read(py), "py").get(Fixtures.MODULE, "py");
+        Tensor exported = new Tensor("base_weight", base.dtype, base.shape(), base.raw());
+        EditRequest req = EditRequest.fromForm("Lionel Messi", "{} plays", "cricket");
+        JournalEntry e = j.record(req, TARGET, new float[] {1, 2, 3, 4}, new float[6], exported, null, null, "t");
+        assertEquals(expected().get("base_sha256"), e.baseSha256);
+        // byte for byte what mobiedit/journal.py writes (Journal._store_base)
+        assertArrayEquals(Files2.read(py), Files2.read(new File(dir, Journal.BASE_FILE)));
+        // later edits keep the first one's base
+        JournalEntry e2 = j.record(req, TARGET, new float[] {1, 0, 0, 0}, new float[6],
+            Tensor.f32("other", new long[] {4, 6}, new float[24]), null, null, "t");
+        assertEquals(e.baseSha256, e2.baseSha256);
+        assertArrayEquals(Files2.read(py), Files2.read(new File(dir, Journal.BASE_FILE)));
+        assertThrows(MobiEditError.class, () -> Journal.open(tmp.resolve("x").toFile()).record(req, TARGET,
+            new float[4], new float[6], Tensor.f32("bad", new long[] {3, 6}, new float[18]), null, null, "t"));
     }
 }

@@ -1,6 +1,7 @@
 package dev.mobiedit.demo.core;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -9,6 +10,7 @@ import java.io.RandomAccessFile;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -19,9 +21,8 @@ class ManifestReaderTest {
         Map<String, Object> m = Fixtures.manifestMap();
         @SuppressWarnings("unchecked")
         Map<String, Object> files = (Map<String, Object>) m.get("files");
-        String sha = Sha256Test.ABC;
-        for (String p : new String[] {"prefill.pte", "decode.pte", "edit.pte", "prefix.pte", "tokenizer.json"}) {
-            files.put(p, Fixtures.map("sha256", sha, "bytes", 3L));
+        for (String p : new String[] {"model.pte", "tokenizer.json", "keystats.safetensors"}) {
+            files.put(p, Fixtures.map("sha256", Sha256Test.ABC, "bytes", 3L));
         }
         return m;
     }
@@ -30,23 +31,46 @@ class ManifestReaderTest {
         return assertThrows(MobiEditError.class, () -> ManifestReader.parse(Json.write(m, true)));
     }
 
+    private static void refusedAt(Map<String, Object> m, String field) {
+        MobiEditError e = refused(m);
+        assertTrue(e.getMessage().contains("field '" + field + "'"), e.getMessage());
+    }
+
     @SuppressWarnings("unchecked")
-    private static Map<String, Object> sub(Map<String, Object> m, String k) {
-        return (Map<String, Object>) m.get(k);
+    private static Map<String, Object> sub(Map<String, Object> m, String... path) {
+        Map<String, Object> cur = m;
+        for (String k : path) {
+            cur = (Map<String, Object>) cur.get(k);
+        }
+        return cur;
     }
 
     @Test
-    void parsesTheDocumentedExample() {
+    void parsesTheExportersFormat() {
         Manifest m = ManifestReader.parse(Json.write(valid(), false));
         assertEquals(1, m.formatVersion);
         assertEquals("executorch", m.runtime);
+        assertEquals("fp32", m.editQuantization);
         assertEquals(Fixtures.D_OUT, m.dOut());
         assertEquals(Fixtures.D_IN, m.dIn());
         assertEquals(17, m.shapes.editK);
         assertEquals(40, m.shapes.editTokens());
+        assertEquals(64, m.shapes.editTargets);
+        assertEquals(1, m.shapes.editKl);
         assertEquals(2, m.slots);
-        assertEquals("edit.pte", m.program("edit"));
         assertEquals(1, m.bos);
+        assertEquals(0, m.padId());
+        for (String role : Manifest.PROGRAMS) {
+            Manifest.Program p = m.program(role);
+            assertEquals("model.pte", p.file);
+            assertEquals(role, p.method);
+        }
+        assertEquals(Arrays.asList("logits", "new_kv"), m.program("decode").outputs);
+        assertEquals("wd_scale", m.program("edit").inputs.get(13));
+        assertEquals(Fixtures.TEMPLATES, m.edit.templates);
+        assertEquals("{} is a", m.edit.objective.klPrompt);
+        assertEquals(0.5, m.edit.objective.weightDecay);
+        assertTrue(m.edit.weightOutIn);
     }
 
     @Test
@@ -62,47 +86,122 @@ class ManifestReaderTest {
     void refusesUnknownRuntimeZeroSlotsAndBadDims() {
         Map<String, Object> m = valid();
         m.put("runtime", "tflite");
-        assertTrue(refused(m).getMessage().contains("field 'runtime'"));
+        refusedAt(m, "runtime");
         m = valid();
         m.put("slots", 0L);
-        assertTrue(refused(m).getMessage().contains("field 'slots'"));
+        refusedAt(m, "slots");
         m = valid();
         sub(m, "dims").put("hidden_size", 0L);
-        assertTrue(refused(m).getMessage().contains("field 'dims.hidden_size'"));
+        refusedAt(m, "dims.hidden_size");
+        m = valid();
+        sub(m, "dims").remove("d_out");
+        refusedAt(m, "dims.d_out");
         m = valid();
         sub(m, "shapes").remove("edit_K");
-        assertTrue(refused(m).getMessage().contains("field 'shapes.edit_K'"));
+        refusedAt(m, "shapes.edit_K");
+        m = valid();
+        sub(m, "shapes").put("edit_tokens", 41L);
+        refusedAt(m, "shapes.edit_tokens");
+        m = valid();
+        sub(m, "shapes").put("edit_kl", 3L);
+        refusedAt(m, "shapes.edit_kl");
         m = valid();
         m.put("edit_layer", 2L);
-        assertTrue(refused(m).getMessage().contains("field 'edit_layer'"));
+        refusedAt(m, "edit_layer");
         m = valid();
         sub(m, "special_tokens").put("eos", 400L);
-        assertTrue(refused(m).getMessage().contains("field 'special_tokens.eos'"));
+        refusedAt(m, "special_tokens.eos");
         m = valid();
         m.put("quantization", "int3");
-        assertTrue(refused(m).getMessage().contains("field 'quantization'"));
+        refusedAt(m, "quantization");
+        m = valid();
+        m.put("edit_quantization", "int3");
+        refusedAt(m, "edit_quantization");
     }
 
     @Test
-    void everyProgramMustBeListedInFiles() {
+    void nullSpecialTokensFallBackLikeTheBundleTokenizer() {
         Map<String, Object> m = valid();
-        sub(m, "files").remove("edit.pte");
+        sub(m, "special_tokens").put("pad", null);
+        Manifest a = ManifestReader.parse(Json.write(m, true));
+        assertEquals(-1, a.pad);
+        assertEquals(2, a.padId(), "pad falls back to eos");
+        sub(m, "special_tokens").put("eos", null);
+        sub(m, "special_tokens").remove("bos");
+        Manifest b = ManifestReader.parse(Json.write(m, true));
+        assertEquals(-1, b.bos);
+        assertEquals(0, b.padId());
+    }
+
+    @Test
+    void everyProgramNeedsAListedFileAMethodAndItsTensorNames() {
+        Map<String, Object> m = valid();
+        sub(m, "files").remove("model.pte");
         MobiEditError e = refused(m);
-        assertTrue(e.getMessage().contains("field 'programs.edit'"), e.getMessage());
+        assertTrue(e.getMessage().contains("field 'programs.decode.file'"), e.getMessage());
         assertTrue(e.getMessage().contains("not listed in 'files'"), e.getMessage());
         m = valid();
         sub(m, "programs").remove("prefix");
-        assertTrue(refused(m).getMessage().contains("programs.prefix"));
+        refusedAt(m, "programs.prefix");
+        m = valid();
+        sub(m, "programs").put("prefix", "prefix.pte");
+        refusedAt(m, "programs.prefix.file");
+        m = valid();
+        sub(m, "programs", "edit").put("method", null);
+        refusedAt(m, "programs.edit.method");
+        m = valid();
+        sub(m, "programs", "decode").put("inputs", new ArrayList<Object>());
+        refusedAt(m, "programs.decode.inputs");
+        m = valid();
+        sub(m, "programs", "decode").put("outputs", Arrays.<Object>asList("logits", "logits"));
+        refusedAt(m, "programs.decode.outputs");
+        // ONNX programs have no method
+        m = valid();
+        m.put("runtime", "onnxruntime");
+        for (String role : Manifest.PROGRAMS) {
+            sub(m, "programs", role).put("method", null);
+        }
+        assertNull(ManifestReader.parse(Json.write(m, true)).program("edit").method);
     }
 
     @Test
     void refusesBadFileEntries() {
+        for (String bad : new String[] {"../etc/passwd", "sub/model.pte", ".hidden", "a\\b",
+            "manifest.json"}) {
+            Map<String, Object> m = valid();
+            sub(m, "files").put(bad, Fixtures.map("sha256", Sha256Test.ABC, "bytes", 1L));
+            assertTrue(refused(m).getMessage().contains("not a plain file name"), bad);
+        }
         Map<String, Object> m = valid();
-        sub(m, "files").put("../etc/passwd", Fixtures.map("sha256", Sha256Test.ABC, "bytes", 1L));
-        assertTrue(refused(m).getMessage().contains("not a plain file name"));
-        m = valid();
         sub(m, "files").put("x.bin", Fixtures.map("sha256", "ABC", "bytes", 1L));
         assertTrue(refused(m).getMessage().contains("sha256"));
+    }
+
+    @Test
+    void refusesAnUnusableEditSetup() {
+        Map<String, Object> m = valid();
+        sub(m, "edit").put("templates", Arrays.<Object>asList("{}", "no slot"));
+        refusedAt(m, "edit.templates");
+        m = valid();
+        sub(m, "edit").put("templates", Arrays.<Object>asList("{}", "a. {}", "b. {}"));
+        MobiEditError e = refused(m);
+        assertTrue(e.getMessage().contains("edit_rows is 3"), e.getMessage());
+        m = valid();
+        sub(m, "edit", "objective").put("kl_prompt", "{} is {}");
+        refusedAt(m, "edit.objective.kl_prompt");
+        m = valid();
+        sub(m, "edit", "objective").put("weight_decay", "0.5");
+        refusedAt(m, "edit.objective.weight_decay");
+        m = valid();
+        m.remove("edit");
+        refusedAt(m, "edit");
+        // missing objective keys take ROME's defaults, as ObjectiveConfig(**objective) does
+        m = valid();
+        sub(m, "edit").put("objective", Fixtures.map("weight_decay", 1L));
+        Manifest.Objective o = ManifestReader.parse(Json.write(m, true)).edit.objective;
+        assertEquals(1.0, o.weightDecay);
+        assertEquals(0.0625, o.klFactor);
+        assertEquals("{} is a", o.klPrompt);
     }
 
     @Test
@@ -111,21 +210,21 @@ class ManifestReaderTest {
         Fixtures.writeBundle(dir, Fixtures.baseWeight());
         List<String> seen = new ArrayList<>();
         Manifest m = ManifestReader.open(dir, (name, i, n) -> seen.add(name));
-        assertEquals(6, seen.size());
+        assertEquals(3, seen.size());
         assertEquals(m.files.keySet(), new java.util.HashSet<>(seen));
 
-        try (RandomAccessFile f = new RandomAccessFile(new File(dir, "edit.pte"), "rw")) {
+        try (RandomAccessFile f = new RandomAccessFile(new File(dir, "model.pte"), "rw")) {
             f.seek(0);
             f.write('F');
         }
         MobiEditError e = assertThrows(MobiEditError.class, () -> ManifestReader.open(dir, null));
-        assertTrue(e.getMessage().contains("files['edit.pte'], field 'sha256'"), e.getMessage());
+        assertTrue(e.getMessage().contains("files['model.pte'], field 'sha256'"), e.getMessage());
         assertTrue(e.getMessage().contains("sha256 mismatch"), e.getMessage());
 
-        Files.write(new File(dir, "edit.pte").toPath(), "short".getBytes("UTF-8"));
+        Files.write(new File(dir, "model.pte").toPath(), "short".getBytes("UTF-8"));
         assertTrue(assertThrows(MobiEditError.class, () -> ManifestReader.open(dir, null))
             .getMessage().contains("size is 5 bytes"));
-        new File(dir, "edit.pte").delete();
+        new File(dir, "model.pte").delete();
         assertTrue(assertThrows(MobiEditError.class, () -> ManifestReader.open(dir, null))
             .getMessage().contains("missing"));
         assertTrue(assertThrows(MobiEditError.class,

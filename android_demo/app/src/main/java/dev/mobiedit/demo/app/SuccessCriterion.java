@@ -1,0 +1,103 @@
+package dev.mobiedit.demo.app;
+
+import dev.mobiedit.demo.core.MobiEditError;
+
+/**
+ * When an edit counts as succeeded: the early stop of the search ({@code SUCCESS_CHECK}) and the
+ * outcome's "succeeded". The toolchain's rule, defined once in Python as
+ * {@code mobiedit.rome.objective.edit_holds} plus a loss margin and applied identically by
+ * {@code mobiedit/methods/zo_edit.py} ({@code mobiedit_edit}'s {@code check}) and
+ * {@code export/ops.py} ({@code _edit_one}'s {@code check}). For delta = x * scale it holds when
+ * <ol>
+ *   <li>row 0 (the plain rewrite prompt) is fully correct: the edit program's
+ *       {@code correct[0] == target_len} (every target token is the teacher-forced argmax);</li>
+ *   <li>the share of fully-correct rows among all n_rewrite rewrite rows (row 0 plus the
+ *       context-templated ones) is at least {@link #fraction} (default
+ *       {@value #DEFAULT_FRACTION});</li>
+ *   <li>loss(x) - decay(x) &lt;= {@link #nll} (default {@value #DEFAULT_NLL}), where loss(x) is
+ *       the edit program's loss at delta and decay(x) = edit.objective.weight_decay * ||delta|| /
+ *       ||v_init||^2 (v_init = the prefix program's values[0]): the objective without its decay
+ *       term, i.e. the mean target NLL per token plus the KL term, is at most this margin.</li>
+ * </ol>
+ * The two thresholds are the app's settings for the check ({@link EditRunner#setSuccess}); they
+ * are recorded in the journal's "config" as {@code success_fraction} / {@code success_nll}, as
+ * the Python bundle path records them.
+ */
+public final class SuccessCriterion {
+    /** Python's {@code success_fraction} default (plain prompt + 3/4 of all rewrite rows). */
+    public static final double DEFAULT_FRACTION = 0.75;
+    /** Python's {@code success_nll} default (geometric-mean P(target) &gt;= ~0.6). */
+    public static final double DEFAULT_NLL = 0.5;
+
+    /** Minimum share of fully-correct rewrite rows, in [0, 1]. */
+    public final double fraction;
+    /** Maximum loss minus decay term, &gt; 0. */
+    public final double nll;
+
+    /** Validated as Python validates {@code success_fraction} / {@code success_nll}. */
+    public SuccessCriterion(double fraction, double nll) {
+        if (!(fraction >= 0.0 && fraction <= 1.0)) {
+            throw new MobiEditError("success_fraction=" + fraction + " out of [0, 1]",
+                "success_fraction", "e.g. 0.75 (plain prompt and 3/4 of the rewrite prompts)");
+        }
+        if (!(nll > 0)) {
+            throw new MobiEditError("success_nll=" + nll + " must be > 0", "success_nll",
+                "e.g. 0.5");
+        }
+        this.fraction = fraction;
+        this.nll = nll;
+    }
+
+    /** The defaults (0.75, 0.5), those of mobiedit_edit and edit_bundle. */
+    public static SuccessCriterion defaults() {
+        return new SuccessCriterion(DEFAULT_FRACTION, DEFAULT_NLL);
+    }
+
+    /**
+     * The rule for one delta. {@code correct[offset .. offset + nRewrite)}: the edit program's
+     * per-row argmax counts of that delta (exact integers; row 0 first); {@code loss}: its loss;
+     * {@code decay}: its decay term ({@link #decay}).
+     */
+    public boolean holds(float[] correct, int offset, int nRewrite, int targetLen, double loss,
+            double decay) {
+        if (nRewrite < 1 || correct[offset] != targetLen) {
+            return false;
+        }
+        int full = 0;
+        for (int j = 0; j < nRewrite; j++) {
+            if (correct[offset + j] == targetLen) {
+                full++;
+            }
+        }
+        // an exact count, as edit_holds: full >= fraction * nRewrite (1e-9 tolerance)
+        if (!(full >= fraction * nRewrite - 1e-9)) {
+            return false;
+        }
+        return loss - decay <= nll;
+    }
+
+    /**
+     * decay = weightDecay * ||delta|| / ||v_init||^2 for delta = {@code delta[offset .. offset +
+     * d)} (norms as float32 results, as the Python checks' {@code float(t.norm())}).
+     */
+    public static double decay(double weightDecay, float[] delta, int offset, int d,
+            float[] vInit) {
+        double dn = (float) norm(delta, offset, d);
+        double vn = (float) norm(vInit, 0, vInit.length);
+        return weightDecay * dn / (vn * vn);
+    }
+
+    private static double norm(float[] a, int offset, int n) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) {
+            double v = a[offset + i];
+            ss += v * v;
+        }
+        return Math.sqrt(ss);
+    }
+
+    @Override
+    public String toString() {
+        return "success_fraction=" + fraction + ", success_nll=" + nll;
+    }
+}

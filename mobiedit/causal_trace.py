@@ -1,0 +1,391 @@
+"""Causal tracing (ROME, Meng et al. 2022, Sec. 2.1): where in the network does a fact live?
+
+Protocol, per prompt (a request's ``rewrite_prompt`` answered by its ``target_true``):
+
+1. **clean run** — record every traced state and ``P_clean``, the probability of the true
+   answer's *first* token at the prompt's last position;
+2. **corrupted run** — add Gaussian noise ``N(0, (noise · σ)²)`` to the token-embedding output at
+   every subject token (``σ`` = standard deviation of the whole embedding matrix, one scalar);
+   read ``P_corrupt``;
+3. **restored runs** — the same corruption (the *same* noise sample), but one state of one layer at
+   one position is overwritten with its clean value; read ``P_restored``.
+
+The **indirect effect** of that state is ``P_restored − P_corrupt``; results report its mean over
+prompts (ROME's "average indirect effect") per layer, for every (state, position) pair.
+
+States (module outputs, looked up through the family row of :mod:`mobiedit.families`, never by
+branching on the architecture):
+
+* ``resid`` — output of decoder block ``l`` (``Family.layer``): the residual stream after layer l;
+* ``mlp``   — output of the MLP's output projection (``Family.mlp_out``), i.e. the MLP's
+  contribution to the residual at layer l (ROME's edit site);
+* ``attn``  — output of the attention sub-module (``Family.attn``), its contribution at layer l.
+
+Positions: ``subject_last`` (the subject's last token, located with
+:func:`mobiedit.prompts.subject_last_index`) and ``last`` (the prompt's last token). The low-level
+:func:`trace_prompt` takes any named token indices.
+
+Differences from ROME's code: one noise sample per prompt (ROME averages 10), σ is the embedding
+matrix's standard deviation (ROME measures it on subject embeddings of a corpus), and prompts the
+model does not know are not filtered out. Randomness comes only from the ``torch.Generator`` the
+caller passes.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import torch
+
+from .errors import ConfigError, RequestError
+from .families import Family, get_module, n_layers
+from .hooks import record, rewrite_output
+from .prompts import prompt_ids, subject_last_index, target_ids
+from .requests import EditRequest
+
+log = logging.getLogger(__name__)
+
+STATES: tuple[str, ...] = ("resid", "mlp", "attn")
+POSITIONS: tuple[str, ...] = ("subject_last", "last")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True)
+class TracePrompt:
+    """One tokenised prompt to trace.
+
+    Attributes:
+        case_id: the request it came from.
+        input_ids: prompt tokens with the tokenizer's special tokens (``prompt_ids``).
+        subject: token indices of the subject in ``input_ids`` (non-empty, ascending).
+        target_id: first token of ``" " + target_true``.
+    """
+
+    case_id: str
+    input_ids: tuple[int, ...]
+    subject: range
+    target_id: int
+
+    def position(self, name: str) -> int:
+        """Token index of a named position: ``subject_last`` or ``last``."""
+        if name == "subject_last":
+            return self.subject[-1]
+        if name == "last":
+            return len(self.input_ids) - 1
+        raise ConfigError(f"unknown position {name!r}", where="causal trace positions",
+                          fix=f"use one of {list(POSITIONS)}")
+
+
+def subject_token_range(tok, text: str, subject: str) -> range:
+    """Token indices, in ``prompt_ids(tok, text)``, of the first occurrence of ``subject``.
+
+    The end is :func:`subject_last_index` (ROME's rule); the start is the length of the tokenised
+    text before the subject (stripped of trailing space, which BPE attaches to the subject's first
+    token). Raises :class:`RequestError` when the subject does not occur in ``text``.
+    """
+    last = subject_last_index(tok, text, subject)
+    start = len(prompt_ids(tok, text[: text.find(subject)].rstrip()))
+    if start > last:  # a merge across the boundary; keep the span non-empty
+        log.debug("subject %r: prefix tokens run past the subject's last token; span = last token", subject)
+        start = last
+    return range(start, last + 1)
+
+
+def prepare_prompt(tok, req: EditRequest) -> TracePrompt | None:
+    """Tokenise ``req.rewrite_prompt`` for tracing; None when the request has no ``target_true``."""
+    if req.target_true is None:
+        return None
+    text = req.rewrite_prompt
+    ids = tuple(prompt_ids(tok, text))
+    span = subject_token_range(tok, text, req.subject)
+    if span[-1] >= len(ids):
+        raise RequestError(f"subject tokens {list(span)} fall outside the {len(ids)}-token prompt",
+                           where=f"request {req.case_id!r}, field 'subject'",
+                           fix="check that the tokenizer splits the prompt at the subject's boundaries")
+    return TracePrompt(case_id=req.case_id, input_ids=ids, subject=span,
+                       target_id=target_ids(tok, req.target_true)[0])
+
+
+# ----------------------------------------------------------------------------- model access
+
+def state_modules(model: torch.nn.Module, family: Family, layer: int,
+                  states: Sequence[str] = STATES) -> dict[str, torch.nn.Module]:
+    """The module whose output is each traced state of ``layer`` (see the module docstring)."""
+    templates = {"resid": family.layer, "mlp": family.mlp_out, "attn": family.attn}
+    unknown = [s for s in states if s not in templates]
+    if unknown:
+        raise ConfigError(f"unknown state(s) {unknown}", where="causal trace states",
+                          fix=f"use states from {list(STATES)}")
+    return {s: get_module(model, templates[s], layer) for s in states}
+
+
+def embedding_std(model: torch.nn.Module, family: Family) -> float:
+    """Standard deviation of all entries of the token-embedding matrix (the noise unit σ)."""
+    return float(get_module(model, family.embed).weight.float().std())
+
+
+def sample_noise(n_tokens: int, width: int, std: float, generator: torch.Generator) -> torch.Tensor:
+    """``[n_tokens, width]`` Gaussian noise with standard deviation ``std``, drawn from ``generator``
+    on the generator's device."""
+    return torch.randn((n_tokens, width), generator=generator, device=generator.device) * std
+
+
+def _corrupt(span: range, noise: torch.Tensor):
+    """Output rewrite adding ``noise`` [len(span), d] at the ``span`` tokens of every row."""
+
+    def fn(y: torch.Tensor) -> torch.Tensor:
+        y = y.clone()
+        y[:, span.start: span.stop] += noise.to(device=y.device, dtype=y.dtype)
+        return y
+
+    return fn
+
+
+def _restore(rows: torch.Tensor, pos: torch.Tensor, clean: torch.Tensor):
+    """Output rewrite setting ``y[rows[i], pos[i]] = clean[pos[i]]`` (``clean`` is [T, d])."""
+
+    def fn(y: torch.Tensor) -> torch.Tensor:
+        y = y.clone()
+        y[rows, pos] = clean[pos].to(y.dtype)
+        return y
+
+    return fn
+
+
+def _p_target(model: torch.nn.Module, ids: torch.Tensor, target_id: int) -> torch.Tensor:
+    """P(target_id) at the last position of each row of ``ids`` [B, T] → [B] (float32)."""
+    logits = model(input_ids=ids).logits[:, -1]
+    return torch.softmax(logits.float(), dim=-1)[:, target_id]
+
+
+# ----------------------------------------------------------------------------- one prompt
+
+@dataclass(frozen=True)
+class PromptTrace:
+    """Trace of one prompt.
+
+    Attributes:
+        p_clean / p_corrupt: P(target first token) without / with the subject corrupted.
+        p_restored: ``[len(states), len(positions), n_layers]``, P with that one state restored.
+    """
+
+    p_clean: float
+    p_corrupt: float
+    p_restored: torch.Tensor
+
+    @property
+    def indirect_effect(self) -> torch.Tensor:
+        """``p_restored - p_corrupt``, same shape as ``p_restored``."""
+        return self.p_restored - self.p_corrupt
+
+
+@torch.inference_mode()
+def trace_prompt(model: torch.nn.Module, family: Family, prompt: TracePrompt, noise: torch.Tensor,
+                 positions: Mapping[str, int], states: Sequence[str] = STATES) -> PromptTrace:
+    """Trace ``prompt``: one clean run, one corrupted run, and one batched restored run per layer.
+
+    Args:
+        model: a causal LM of ``family`` (in eval mode; it is not modified).
+        noise: ``[len(prompt.subject), hidden]``, added to the embedding output at the subject
+            tokens in the corrupted and every restored run.
+        positions: name → token index at which a state is restored (any index in the prompt).
+        states: which of :data:`STATES` to restore.
+
+    Returns:
+        :class:`PromptTrace` whose ``p_restored[s, p, l]`` restores ``states[s]`` of layer ``l``
+        at ``positions``' ``p``-th entry. Restoring ``resid`` of the last layer at the last
+        position reproduces ``p_clean`` (the logits read only that state).
+    """
+    device = next(model.parameters()).device
+    T = len(prompt.input_ids)
+    if noise.shape[0] != len(prompt.subject):
+        raise ConfigError(f"noise has {noise.shape[0]} rows for {len(prompt.subject)} subject tokens",
+                          where="trace_prompt(noise=...)", fix="draw one noise row per subject token")
+    bad = {k: v for k, v in positions.items() if not 0 <= v < T}
+    if bad:
+        raise ConfigError(f"positions {bad} outside the {T}-token prompt", where="trace_prompt(positions=...)",
+                          fix=f"use token indices in [0, {T - 1}]")
+    ids = torch.tensor([prompt.input_ids], dtype=torch.long, device=device)
+    L = n_layers(model, family)
+    mods = [state_modules(model, family, layer, states) for layer in range(L)]
+
+    with contextlib.ExitStack() as stack:  # clean run, recording every state
+        recs = [{s: stack.enter_context(record(m, inputs=False)) for s, m in layer_mods.items()}
+                for layer_mods in mods]
+        p_clean = float(_p_target(model, ids, prompt.target_id)[0])
+    clean = [{s: rec.output[0] for s, rec in layer_recs.items()} for layer_recs in recs]  # [T, d] each
+
+    embed = get_module(model, family.embed)
+    with rewrite_output(embed, _corrupt(prompt.subject, noise)):
+        p_corrupt = float(_p_target(model, ids, prompt.target_id)[0])
+
+        # one row per (state, position); all rows corrupted, each restores its own state
+        S, P = len(states), len(positions)
+        pos = torch.tensor(list(positions.values()), dtype=torch.long, device=device)
+        batch = ids.expand(S * P, T)
+        p_restored = torch.empty((S, P, L))
+        for layer in range(L):
+            with contextlib.ExitStack() as stack:
+                for i, s in enumerate(states):
+                    rows = torch.arange(i * P, (i + 1) * P, device=device)
+                    stack.enter_context(rewrite_output(mods[layer][s], _restore(rows, pos, clean[layer][s])))
+                p_restored[:, :, layer] = _p_target(model, batch, prompt.target_id).view(S, P).cpu()
+    return PromptTrace(p_clean=p_clean, p_corrupt=p_corrupt, p_restored=p_restored)
+
+
+# ----------------------------------------------------------------------------- many prompts
+
+@dataclass(frozen=True)
+class TraceResult:
+    """Mean causal trace over ``n`` prompts.
+
+    Attributes:
+        states / positions: the traced states and named positions (axes 0 and 1 of ``effects``).
+        effects: ``[len(states), len(positions), n_layers]`` mean indirect effect
+            ``P_restored − P_corrupt``.
+        p_clean / p_corrupt: mean P(true first token) without / with the subject corrupted.
+        n: prompts traced; ``skipped``: requests without ``target_true`` (not traced).
+        noise: noise scale in units of ``noise_std`` (the embedding matrix's σ).
+    """
+
+    states: tuple[str, ...]
+    positions: tuple[str, ...]
+    effects: torch.Tensor
+    p_clean: float
+    p_corrupt: float
+    n: int
+    skipped: int
+    noise: float
+    noise_std: float
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.effects.shape[-1])
+
+    @property
+    def total_effect(self) -> float:
+        """``p_clean − p_corrupt``: what a complete restoration recovers."""
+        return self.p_clean - self.p_corrupt
+
+    def rows(self) -> list[tuple[str, list[float]]]:
+        """``("state@position", per-layer mean indirect effect)`` in table order."""
+        return [(f"{s}@{p}", self.effects[i, j].tolist())
+                for i, s in enumerate(self.states) for j, p in enumerate(self.positions)]
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (``indirect_effect`` maps ``state@position`` to a per-layer list)."""
+        return {"n": self.n, "skipped": self.skipped, "layers": self.n_layers, "noise": self.noise,
+                "noise_std": self.noise_std, "p_clean": self.p_clean, "p_corrupt": self.p_corrupt,
+                "total_effect": self.total_effect, "states": list(self.states),
+                "positions": list(self.positions), "indirect_effect": dict(self.rows())}
+
+
+def trace_requests(model: torch.nn.Module, tok, family: Family, requests: Sequence[EditRequest], *,
+                   generator: torch.Generator, noise: float = 3.0, states: Sequence[str] = STATES,
+                   positions: Sequence[str] = POSITIONS, progress: bool = False) -> TraceResult:
+    """Causal trace averaged over ``requests`` (see the module docstring for the protocol).
+
+    Each request draws one noise sample from ``generator`` (so equal generator states and equal
+    requests give identical results). Requests without ``target_true`` are skipped and counted.
+
+    Raises:
+        ConfigError: ``noise`` is not a positive finite number, or no request can be traced.
+        RequestError: a request's subject does not occur in its prompt.
+    """
+    from tqdm import tqdm
+
+    if not (noise > 0 and noise != float("inf")):
+        raise ConfigError(f"noise scale {noise} is not a positive finite number", where="--noise",
+                          fix="pass a multiple of the embedding std, e.g. 3.0 (ROME's value)")
+    std = embedding_std(model, family)
+    width = get_module(model, family.embed).weight.shape[1]
+    effects, p_clean, p_corrupt, skipped = [], [], [], 0
+    for req in tqdm(requests, desc="causal trace", unit="prompt", disable=not progress):
+        prompt = prepare_prompt(tok, req)
+        if prompt is None:
+            skipped += 1
+            continue
+        eps = sample_noise(len(prompt.subject), width, noise * std, generator)
+        tr = trace_prompt(model, family, prompt, eps, {p: prompt.position(p) for p in positions}, states)
+        effects.append(tr.indirect_effect)
+        p_clean.append(tr.p_clean)
+        p_corrupt.append(tr.p_corrupt)
+        log.debug("%s: P clean %.4f corrupt %.4f", req.case_id, tr.p_clean, tr.p_corrupt)
+    if skipped:
+        log.warning("causal trace: skipped %d request(s) without target_true", skipped)
+    if not effects:
+        raise ConfigError("no request has a true answer to trace", where="requests",
+                          fix="use requests with target_true (CounterFact 'ground_truth' / zsRE 'answers')")
+    n = len(effects)
+    return TraceResult(states=tuple(states), positions=tuple(positions), effects=torch.stack(effects).mean(0),
+                       p_clean=sum(p_clean) / n, p_corrupt=sum(p_corrupt) / n, n=n, skipped=skipped,
+                       noise=float(noise), noise_std=std)
+
+
+# ----------------------------------------------------------------------------- reporting
+
+def format_table(result: TraceResult, title: str = "") -> str:
+    """Aligned text table: one row per ``state@position``, one column per layer."""
+    names = [name for name, _ in result.rows()]
+    w = max(len("mean indirect effect"), *(len(x) for x in names))
+    head = f"{'mean indirect effect':<{w}}" + "".join(f"{f'L{l}':>9}" for l in range(result.n_layers))
+    lines = [title] if title else []
+    lines.append(f"P(true first token): clean {result.p_clean:.4f}  corrupted {result.p_corrupt:.4f}  "
+                 f"total effect {result.total_effect:+.4f}  (n={result.n}, noise {result.noise:g} x std "
+                 f"{result.noise_std:.4g})")
+    lines.append(head)
+    lines += [f"{name:<{w}}" + "".join(f"{v:>+9.4f}" for v in vals) for name, vals in result.rows()]
+    return "\n".join(lines)
+
+
+def plot_trace(result: TraceResult, png: str | os.PathLike, title: str = "") -> None:
+    """Heatmap (rows ``state@position``, columns layers) of the mean indirect effect, written
+    atomically to ``png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .atomic import atomic_path
+
+    names, vals = zip(*result.rows())
+    data = torch.tensor(vals)
+    lim = max(float(data.abs().max()), abs(result.total_effect), 1e-6)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.7 * result.n_layers + 1.6, 0.9 + 0.45 * len(names)))
+    im = ax.imshow(data.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+    if result.n_layers <= 32:
+        for (r, c), v in zip(((r, c) for r in range(len(names)) for c in range(result.n_layers)), data.flatten()):
+            ax.text(c, r, f"{float(v):+.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if abs(float(v)) > 0.6 * lim else "black")
+    ax.set_xticks(range(result.n_layers), [str(l) for l in range(result.n_layers)])
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("layer")
+    ax.set_title((title + "\n" if title else "") + f"mean indirect effect on P(true), n={result.n}, "
+                 f"P clean {result.p_clean:.2f} / corrupted {result.p_corrupt:.2f}", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    fig.tight_layout()
+    try:
+        with atomic_path(png, suffix=".png") as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def write_outputs(result: TraceResult, out: str | os.PathLike, meta: Mapping | None = None,
+                  title: str = "") -> tuple[Path, Path]:
+    """Write ``trace.json`` (``meta`` + :meth:`TraceResult.to_dict`) and ``trace.png`` atomically
+    into the folder ``out`` (created if missing). Returns both paths."""
+    from .atomic import atomic_write_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    js, png = out / "trace.json", out / "trace.png"
+    atomic_write_text(js, json.dumps({**(meta or {}), **result.to_dict()}, indent=1))
+    plot_trace(result, png, title)
+    return js, png
