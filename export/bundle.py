@@ -184,12 +184,24 @@ def read_manifest(path: Path) -> dict:
     if m["runtime"] not in RUNTIMES:
         raise BundleError(f"unknown runtime {m['runtime']!r}", where=f"{where}, field 'runtime'",
                           fix=f"use one of {RUNTIMES}")
-    if not isinstance(m["slots"], int) or m["slots"] < 1:
+    if not isinstance(m["slots"], int) or isinstance(m["slots"], bool) or m["slots"] < 1:
         raise BundleError(f"invalid value {m['slots']!r}", where=f"{where}, field 'slots'", fix="slots must be >= 1")
+    if not isinstance(m["edit_layer"], int) or isinstance(m["edit_layer"], bool) or m["edit_layer"] < 0:
+        raise BundleError(f"invalid value {m['edit_layer']!r}", where=f"{where}, field 'edit_layer'",
+                          fix="re-export the bundle")
+    for key, kind in (("model_family", str), ("edit_module", str), ("dims", dict), ("shapes", dict),
+                      ("special_tokens", dict), ("programs", dict), ("edit", dict), ("files", dict)):
+        if not isinstance(m[key], kind):
+            raise BundleError(f"must be a JSON {'string' if kind is str else 'object'}, got {type(m[key]).__name__}",
+                              where=f"{where}, field '{key}'", fix="re-export the bundle")
     files = m["files"]
-    for name in files:
-        if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".") or name == MANIFEST:
+    for name, meta in files.items():
+        if "/" in name or "\\" in name or name.startswith(".") or name == MANIFEST or not name:
             raise BundleError(f"unsafe file name {name!r}", where=f"{where}, field 'files'", fix="re-export the bundle")
+        if (not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str)
+                or not isinstance(meta.get("bytes"), int) or isinstance(meta.get("bytes"), bool)):
+            raise BundleError("each entry must be {\"bytes\": int, \"sha256\": str}", where=f"{where}, field 'files.{name}'",
+                              fix="re-export the bundle")
     for role, spec in m["programs"].items():
         if not isinstance(spec, dict) or spec.get("file") not in files:
             raise BundleError(f"program file of {role!r} is not listed in files", where=f"{where}, field 'programs'",

@@ -23,7 +23,7 @@ from mobiedit.reliability import fuzz as F
 BUDGET = {  # examples per target in CI (~2,000 in total, ~15 s)
     "requests.file": 300, "requests.counterfact_rome": 250, "requests.counterfact_flat": 250,
     "requests.zsre": 250, "requests.cli": 100, "requests.from_dict": 100, "journal": 250,
-    "native.x0": 150, "native.losses": 150, "native.rank_one": 100, "native.raw": 150,
+    "native.x0": 150, "native.losses": 150, "native.rank_one": 100, "native.raw": 150, "bundle.manifest": 200,
 }
 
 
@@ -166,3 +166,21 @@ def test_fuzz_script_counts(capsys):
     import re
 
     assert "crashes: 0" in out and int(re.search(r"fuzzed inputs: (\d+)", out).group(1)) >= 50, out
+
+
+def test_manifest_reader_names_the_field_of_a_wrongly_typed_section(tmp_path):
+    """Regression: a manifest whose `programs` or `files` is not an object used to crash the reader
+    with AttributeError/TypeError; it must be a BundleError naming the field."""
+    import json
+
+    from mobiedit.errors import BundleError
+    from mobiedit.export.bundle import read_manifest
+
+    for key, value in (("programs", []), ("files", 3), ("edit_layer", True)):
+        folder = tmp_path / key
+        folder.mkdir()
+        m = F._valid_manifest(folder)
+        m[key] = value
+        (folder / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(BundleError, match=f"field '{key}'"):
+            read_manifest(folder)

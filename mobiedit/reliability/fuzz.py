@@ -768,6 +768,62 @@ def native_raw_case(data, work: Path) -> Case:
 
 # ----------------------------------------------------------------------------- registry and driver
 
+# ----------------------------------------------------------------------------- bundle manifest
+
+def _valid_manifest(folder: Path) -> dict:
+    """A minimal manifest that ``read_manifest`` + ``verify_files`` accept, with its one file."""
+    import hashlib
+
+    from mobiedit.export.bundle import FORMAT_VERSION
+
+    blob = b"program bytes"
+    (folder / "model.pte").write_bytes(blob)
+    return {"format_version": FORMAT_VERSION, "runtime": "executorch", "model_family": "llama", "edit_layer": 1,
+            "edit_module": "model.layers.1.mlp.down_proj", "dims": {"hidden_size": 8, "d_out": 8, "d_in": 16},
+            "shapes": {"edit_K": 4}, "slots": 2, "special_tokens": {"bos": 1, "eos": 2, "pad": None},
+            "programs": {"prefill": {"file": "model.pte", "method": "prefill", "inputs": [], "outputs": []}},
+            "edit": {"templates": ["{}"]},
+            "files": {"model.pte": {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}}
+
+
+def bundle_manifest_case(data, work: Path) -> Case:
+    from mobiedit.export.bundle import read_manifest, verify_files
+
+    from ..errors import BundleError
+
+    folder = work / "bundle"
+    folder.mkdir()
+    m = _valid_manifest(folder)
+    descs = []
+    for _ in range(data.draw(st.integers(0, 3), label="n mutations")):
+        kind = data.draw(st.sampled_from(["field", "field", "nested", "text", "file"]), label="kind")
+        if kind == "field":
+            key = data.draw(st.sampled_from(sorted(m) + ["extra"]), label="key")
+            if data.draw(st.booleans(), label="delete"):
+                m.pop(key, None)
+            else:
+                m[key] = data.draw(JSON_VALUES | st.integers(-5, 5), label="value")
+            descs.append(f"field {key}={_dumps(m.get(key, '<deleted>'))[:60]}")
+        elif kind == "nested" and isinstance(m.get("files"), dict) and m["files"]:
+            name = data.draw(st.sampled_from(sorted(m["files"])), label="file")
+            m["files"][name] = data.draw(JSON_VALUES, label="meta")
+            descs.append(f"files.{name}={_dumps(m['files'][name])[:60]}")
+        elif kind == "file":
+            (folder / "model.pte").write_bytes(data.draw(st.binary(max_size=20), label="bytes"))
+            descs.append("model.pte rewritten")
+        else:
+            descs.append("text")
+    text = _dumps(m) if not descs or descs[-1] != "text" else data.draw(st.text(max_size=40), label="text")
+    (folder / "manifest.json").write_text(text, encoding="utf-8", errors="surrogatepass")
+
+    def call():
+        man = read_manifest(folder)
+        verify_files(folder, man)
+        return man
+
+    return Case(call, (BundleError,), f"manifest {'; '.join(descs) or 'valid'}"[:300])
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -783,6 +839,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("requests.cli", requests_cli_case, 0.5),
     Target("requests.from_dict", request_from_dict_case, 0.5),
     Target("journal", journal_case, 2.0),
+    Target("bundle.manifest", bundle_manifest_case, 1.0),
     Target("native.x0", native_x0_case, 1.0),
     Target("native.losses", native_losses_case, 1.0),
     Target("native.rank_one", native_rank_one_case, 0.5),
