@@ -28,7 +28,7 @@ from mobiedit.journal import Journal, JournalEntry
 from mobiedit.requests import EditRequest
 from mobiedit.rome.config import ObjectiveConfig
 from mobiedit.rome.context import build_edit_inputs
-from mobiedit.rome.objective import edit_holds
+from mobiedit.rome.objective import edit_holds, within_margin
 from mobiedit.zo import ZOConfig, run_zo
 from mobiedit.zo.rank_one import rank_one_factors
 
@@ -149,9 +149,8 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
         # minus its decay term bounds the mean target NLL (the margin, as in mobiedit_edit)
         delta = torch.from_numpy(np.array(x, dtype=np.float32)).view(1, -1) * scale
         losses, c = graph(delta)
-        decay = objective.weight_decay * float(delta.norm()) / v_norm ** 2
         return (edit_holds(c[0, : packed.n_rewrite] == packed.target_len, success_fraction)
-                and float(losses[0]) - decay <= success_nll)
+                and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective, success_nll))
 
     zcfg = dataclasses.replace(zo, max_norm=objective.clamp_norm_factor * math.sqrt(d))
     res = run_zo(forward, check, np.zeros(d, dtype=np.float32), zcfg, backend=backend)

@@ -168,11 +168,11 @@ def _packed(ids: list[list[int]], pack: int, rng: random.Random) -> list[list[in
 
 def train_model(cfg: FactLMConfig, model, tok, sentences: list[str], progress: bool = True) -> list[float]:
     """AdamW with linear warm-up and cosine decay on next-token loss over all sentences."""
-    epochs = cfg.epochs
     ids = [tok(s)["input_ids"] + [tok.eos_token_id] for s in sentences]
+    seq_batch = max(1, cfg.batch_size // cfg.pack)  # packed sequences per step: ~batch_size sentences
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
-    steps_per_epoch = math.ceil(math.ceil(len(ids) / cfg.pack) / max(1, cfg.batch_size // cfg.pack))
-    total = steps_per_epoch * epochs
+    steps_per_epoch = math.ceil(math.ceil(len(ids) / cfg.pack) / seq_batch)
+    total = steps_per_epoch * cfg.epochs
     warm = min(200, total // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, warm)) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
@@ -180,9 +180,9 @@ def train_model(cfg: FactLMConfig, model, tok, sentences: list[str], progress: b
     model.train()
     losses = []
     bar = tqdm(total=total, desc="pretrain fact LM", disable=not progress, unit="step")
-    for epoch in range(epochs):
+    for epoch in range(cfg.epochs):
         ep = []
-        for x, m in _batches(_packed(ids, cfg.pack, rng), max(1, cfg.batch_size // cfg.pack), tok.pad_token_id, rng):
+        for x, m in _batches(_packed(ids, cfg.pack, rng), seq_batch, tok.pad_token_id, rng):
             labels = x.masked_fill(m == 0, -100)
             loss = model(input_ids=x, attention_mask=m, labels=labels).loss
             opt.zero_grad(set_to_none=True)

@@ -22,7 +22,7 @@ from ..models import LoadedModel
 from ..requests import EditRequest
 from ..rome.config import ContextConfig, ObjectiveConfig
 from ..rome.context import build_edit_inputs
-from ..rome.objective import edit_holds
+from ..rome.objective import edit_holds, within_margin
 from ..zo import ZOConfig, run_zo
 from .common import EditOutcome, ModelContext, module_name
 from .rome import factors_from_delta
@@ -107,8 +107,8 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
         delta = torch.from_numpy(np.multiply(x, scale, dtype=np.float32)).view(1, -1)
         losses, correct = graph(delta)
         n.evals += 1; n.sequences += rows; n.calls += 1
-        decay = cfg.objective.weight_decay * float(delta.norm()) / v_norm ** 2
-        return edit_holds(correct[0] >= 1.0 - 1e-6, cfg.success_fraction) and float(losses[0]) - decay <= cfg.success_nll
+        return (edit_holds(correct[0] >= 1.0 - 1e-6, cfg.success_fraction)
+                and within_margin(float(losses[0]), float(delta.norm()), v_norm, cfg.objective, cfg.success_nll))
 
     zcfg = dataclasses.replace(cfg.zo, max_norm=cfg.objective.clamp_norm_factor * math.sqrt(d))
     res = run_zo(forward, check if cfg.early_stop else None, np.zeros(d, dtype=np.float32), zcfg,

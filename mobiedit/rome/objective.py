@@ -33,6 +33,11 @@ def nll_per_prompt(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
     return -(lp * mask).sum(-1) / inputs.target_len
 
 
+def decay_term(delta_norm, v_init_norm: float, cfg: ObjectiveConfig):
+    """The objective's weight-decay term ``weight_decay · ‖δ‖ / ‖v_init‖²`` (tensor or float)."""
+    return cfg.weight_decay * delta_norm / (v_init_norm ** 2)
+
+
 def value_loss(logits: torch.Tensor, inputs: EditInputs, kl_ref: torch.Tensor, delta_norm: torch.Tensor,
                v_init_norm: float, cfg: ObjectiveConfig) -> torch.Tensor:
     """The objective for logits of shape [..., B, T, V]; returns a loss of shape [...].
@@ -42,7 +47,7 @@ def value_loss(logits: torch.Tensor, inputs: EditInputs, kl_ref: torch.Tensor, d
     nll = nll_per_prompt(logits, inputs).mean(-1)
     new = kl_logprobs(logits, inputs)
     kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
-    return nll + cfg.kl_factor * kl + cfg.weight_decay * delta_norm / (v_init_norm ** 2)
+    return nll + cfg.kl_factor * kl + decay_term(delta_norm, v_init_norm, cfg)
 
 
 def rows_correct(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
@@ -59,3 +64,9 @@ def edit_holds(full_rows: torch.Tensor, fraction: float) -> bool:
     ones). ``full_rows``: [n_rewrite] bools, True where the whole target is the argmax."""
     full = full_rows.reshape(-1).bool()
     return bool(full[0]) and int(full.sum()) >= fraction * full.numel() - 1e-9  # exact count, no float32 mean
+
+
+def within_margin(loss: float, delta_norm: float, v_init_norm: float, cfg: ObjectiveConfig, margin: float) -> bool:
+    """The success check's margin: the objective minus its decay term (mean target NLL per token
+    plus the KL term, an upper bound on the NLL) is at most ``margin``."""
+    return loss - decay_term(delta_norm, v_init_norm, cfg) <= margin
