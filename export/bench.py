@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import resource
 import time
 from pathlib import Path
 
 import torch
 
 from mobiedit.atomic import atomic_dir, atomic_write_text
+from mobiedit.rss import peak_rss_mb
 
 from .config import EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig, QuantizeConfig
 
@@ -126,7 +126,7 @@ def bench_export(out_dir: str | Path, model_dir: str | Path | None = None, cfg: 
         "size_ratio": round(total / fp32_bytes, 3), "size_ratio_programs_only": round(programs / fp32_bytes, 3),
         "decode_tokens_per_s_bundle": round(tps_bundle, 2), "decode_tokens_per_s_eager_fp32": round(tps_eager, 2),
         "speedup": round(tps_bundle / tps_eager, 2), "checks": m["checks"],
-        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
+        "peak_rss_gb": round(peak_rss_mb() * 2**20 / 1e9, 2),
     }
     atomic_write_text(out_dir / "bench.json", json.dumps(figures, indent=1))
     log.info("bench: %s", figures)

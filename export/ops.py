@@ -125,9 +125,24 @@ def _check_edit_interface(b: Bundle) -> None:
                           "'programs.edit.inputs'", fix="re-export the bundle with this version of mobiedit")
 
 
-def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
-              success_fraction: float, success_nll: float, force: bool, backend: str) -> BundleEditResult:
-    t0 = time.perf_counter()
+@dataclass
+class BundleSearch:
+    """One request's value search through the bundle's programs (nothing written yet)."""
+
+    status: str
+    succeeded: bool
+    u: np.ndarray
+    w: np.ndarray
+    loss_evals: int
+    zo: ZOConfig
+    losses: list[float]
+
+
+def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
+                       success_fraction: float = 0.75, success_nll: float = 0.5,
+                       backend: str = "native") -> BundleSearch:
+    """Search ``req``'s value delta through the bundle's prefix + edit programs (the journal's
+    active edits in the slots) and compute ROME's factors; writes nothing."""
     m = b.manifest
     objective = ObjectiveConfig(**m["edit"]["objective"])
     inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
@@ -161,6 +176,16 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
     keys = pout["keys"]
     c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
     u, w = rank_one_factors(keys[0].numpy(), (v_init + delta).numpy(), v_init.numpy(), c.numpy())
+    return BundleSearch(res.status.value, succeeded, u, w, graph.evals, zcfg, list(res.history))
+
+
+def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
+              success_fraction: float, success_nll: float, force: bool, backend: str) -> BundleEditResult:
+    t0 = time.perf_counter()
+    m = b.manifest
+    found = search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend)
+    succeeded, u, w, zcfg = found.succeeded, found.u, found.w, found.zo
+    hist = found.losses
     entry = None
     if succeeded or force:
         module = m["edit_module"]
@@ -168,14 +193,14 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
         base = journal.rebuild(module) if prior else keystats["base_weight"]
         entry = journal.record(req, METHOD, m["model_family"], m["edit_layer"], module, torch.from_numpy(u),
                                torch.from_numpy(w), base,
-                               metrics={"status": res.status.value, "succeeded": succeeded, "loss_evals": graph.evals,
-                                        "final_loss": res.history[-1] if res.history else None},
+                               metrics={"status": found.status, "succeeded": succeeded, "loss_evals": found.loss_evals,
+                                        "final_loss": hist[-1] if hist else None},
                                config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
                                        "success_nll": success_nll, "runtime": b.runtime})
-    log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, res.status.value, entry is not None, graph.evals)
-    return BundleEditResult(request=req, status=res.status.value, succeeded=succeeded, applied=entry is not None,
-                            entry=entry, loss_evals=graph.evals, wall_time=time.perf_counter() - t0,
-                            final_loss=res.history[-1] if res.history else None, losses=list(res.history))
+    log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, found.status, entry is not None, found.loss_evals)
+    return BundleEditResult(request=req, status=found.status, succeeded=succeeded, applied=entry is not None,
+                            entry=entry, loss_evals=found.loss_evals, wall_time=time.perf_counter() - t0,
+                            final_loss=hist[-1] if hist else None, losses=hist)
 
 
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,

@@ -23,17 +23,44 @@ _FZOO = {"estimator": "fzoo", "n_dirs": 16, "h": 0.05, "optimizer": "adam", "lr"
 _PAPER = {"estimator": "paper", "n_dirs": 5, "h": 1e-3, "optimizer": "sgd", "lr": 5e-2,
           "lr_schedule": "cosine", "max_steps": 1200, "max_evals": 18000, "check_every": 1, "loss_tol": 1e-5}
 
-# name -> (method, config overrides)
+_ANTI = {**_FZOO, "estimator": "antithetic", "n_dirs": 8}
+_W8A16 = {"scheme": "w8a16"}
+
+# name -> (method, config overrides). Each forward-only estimator comes with its three ablations
+# (float forward, no prefix reuse, no early stop); "paper" is the paper's own recipe (its early
+# stop is loss < 1e-5), "paper-check" the same estimator stopped by our success check.
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "rome": ("rome", {}),
-    "paper": ("mobiedit", {"zo": _PAPER, "quant": {"scheme": "w8a16"}, "early_stop": False}),
-    "fzoo": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16"}}),
-    "fzoo-float": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "none"}}),
+    "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),
+    "paper-check": ("mobiedit", {"zo": {**_PAPER, "loss_tol": 0.0}, "quant": _W8A16}),
     "fzoo-w8a8": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a8"}}),
-    "fzoo-noprefix": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16"}, "prefix_reuse": False}),
-    "fzoo-noearly": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16"}, "early_stop": False}),
-    "antithetic": ("mobiedit", {"zo": {**_FZOO, "estimator": "antithetic", "n_dirs": 8}, "quant": {"scheme": "w8a16"}}),
 }
+for _name, _zo in (("fzoo", _FZOO), ("antithetic", _ANTI)):
+    ROWS[_name] = ("mobiedit", {"zo": _zo, "quant": _W8A16})
+    ROWS[f"{_name}-float"] = ("mobiedit", {"zo": _zo, "quant": {"scheme": "none"}})
+    ROWS[f"{_name}-noprefix"] = ("mobiedit", {"zo": _zo, "quant": _W8A16, "prefix_reuse": False})
+    ROWS[f"{_name}-noearly"] = ("mobiedit", {"zo": _zo, "quant": _W8A16, "early_stop": False})
+
+
+def parse_rows(spec: str, n: int) -> list[tuple[str, int]]:
+    """``"rome,fzoo,paper:30"`` -> [(name, requests)]: a ``:N`` suffix caps that row at N requests
+    (for rows too slow to run on all of them, e.g. the paper's 18,000-evaluation budget)."""
+    out = []
+    for item in (x.strip() for x in spec.split(",") if x.strip()):
+        name, _, cnt = item.partition(":")
+        if name not in ROWS:
+            raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")
+        try:
+            k = int(cnt) if cnt else n
+        except ValueError:
+            raise ConfigError(f"bad request count {cnt!r} for row {name!r}", where="--rows",
+                              fix="write NAME or NAME:N with N a positive integer") from None
+        if k < 1:
+            raise ConfigError(f"request count for row {name!r} must be >= 1", where="--rows", fix="use NAME:N, N >= 1")
+        out.append((name, k))
+    if not out:
+        raise ConfigError("no rows given", where="--rows", fix=f"name some of {sorted(ROWS)}")
+    return out
 
 
 def row_config(name: str, layer: int, seed: int):
@@ -57,7 +84,7 @@ def row_config(name: str, layer: int, seed: int):
 
 def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: int, out: str) -> None:
     """Run one row in this (child) process and write its result JSON to ``out``."""
-    import resource
+    from .rss import peak_rss_mb
 
     import torch
 
@@ -91,7 +118,7 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
         "backward_calls_mean": statistics.mean(o.backward_calls for o in outs),
         "wall_per_edit_s": statistics.mean(o.wall_time for o in outs),
         "run_wall_s": total,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "peak_rss_mb": peak_rss_mb(),
     }
     Path(out).write_text(json.dumps(res))
 
@@ -139,13 +166,13 @@ def plot(results: list[dict], png: Path) -> None:
 
 
 def format_rows(results: list[dict]) -> str:
-    head = (f"{'row':<15}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'succ%':>7}"
+    head = (f"{'row':<20}{'n':>5}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'succ%':>7}"
             f"{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
     lines = [head]
     for r in results:
         q = r["quality"]
         med = r["loss_evals_median_success"]
-        lines.append(f"{r['row']:<15}{q['efficacy_acc']:>6.1f}{q['generalization_acc']:>6.1f}{q['locality_acc']:>6.1f}"
+        lines.append(f"{r['row']:<20}{r['n']:>5}{q['efficacy_acc']:>6.1f}{q['generalization_acc']:>6.1f}{q['locality_acc']:>6.1f}"
                      f"{q['efficacy_prob']:>6.1f}{q['generalization_prob']:>6.1f}{q['locality_prob']:>6.1f}"
                      f"{r['success_rate']:>7.1f}{(med if med is not None else float('nan')):>11.0f}"
                      f"{r['sequences_mean']:>9.0f}{r['forward_calls_mean']:>7.0f}{r['backward_calls_mean']:>6.0f}"
@@ -164,11 +191,12 @@ def cmd_bench(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     layers = [int(x) for x in args.layers.split(",")] if args.layers else [layer]
+    rows = parse_rows(args.rows, args.n)
     results = []
     for lay in layers:
-        for name in args.rows.split(","):
-            log.warning("bench row %s at layer %d (%d requests)...", name, lay, args.n)
-            res = run_row(name.strip(), model_dir, req_file, args.n, lay, args.seed, out)
+        for name, n in rows:
+            log.warning("bench row %s at layer %d (%d requests)...", name, lay, n)
+            res = run_row(name, model_dir, req_file, n, lay, args.seed, out)
             if len(layers) > 1:
                 res["row"] = f"{res['row']}@L{lay}"
             results.append(res)
@@ -187,7 +215,7 @@ def register(sub) -> None:
     g.add_argument("--model"); g.add_argument("--preset", default="default")
     sp.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
     sp.add_argument("--n", type=int, default=200, help="requests per row")
-    sp.add_argument("--rows", default="rome", help=f"comma-separated rows from {sorted(ROWS)}")
+    sp.add_argument("--rows", default="rome", help=f"comma-separated rows (NAME or NAME:N requests) from {sorted(ROWS)}")
     sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--layers", help="comma-separated layers: run every row at each (a layer sweep)")
     sp.add_argument("--out", default="runs/bench")

@@ -1,6 +1,8 @@
 """Time and memory at a real model's shape (random weights): one edit by backprop ROME vs one
 forward-only MobiEdit edit, each in its own child process, with a fixed step count (a random model
-has no success signal), plus the prefix-reuse speed-up at that shape.
+has no success signal), plus the prefix-reuse speed-up at that shape. MobiEdit's child loads a
+pre-quantized checkpoint (``mobiedit quantize``: int8 weights, the edit layer's MLP output and the
+LM head float), as a phone holds its model; ROME's loads the fp32 checkpoint.
 
 Shapes are data (HF config kwargs per name); the tokenizer is one trained on the bundled prompts.
 """
@@ -47,16 +49,23 @@ def build_random(shape: str, folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
+def _rss_mb() -> float:
+    from .rss import peak_rss_mb
+
+    return peak_rss_mb()
+
+
 def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
+    """One edit in this (spawned) process. ``folder`` is the fp32 checkpoint for ROME and the
+    pre-quantized one (`mobiedit quantize`) for MobiEdit — the model a phone would hold."""
     import dataclasses
-    import resource
     import time
 
     import torch
 
     torch.set_num_threads(1)
     from .cli import _quiet_libraries
-    from .forward.quant import QuantConfig, quantize_inplace
+    from .forward.quant import QuantConfig
     from .methods.zo_edit import MobiEditConfig
     from .models import load_model
     from .requests import bundled_path, load_requests
@@ -66,48 +75,106 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
 
     _quiet_libraries()
     req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
+    base = _rss_mb()  # the interpreter + torch + transformers, before any weight
     lm = load_model(folder)
+    loaded = _rss_mb()
     if method == "rome":
         cfg = ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False)
-        fwd = None
     else:
         zo = ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam", lr=0.5, max_steps=steps,
                       max_evals=10**6, check_every=10**6)
         cfg = MobiEditConfig(layer=layer, zo=zo, quant=QuantConfig("w8a16"), early_stop=False, mom2_adjustment=False)
-        fwd = quantize_inplace(lm.model, lm.family, layer, cfg.quant)  # the phone's picture: no float copy
     ctx = prepare(lm, cfg, seed=0)
     t0 = time.perf_counter()
-    res = run_method(lm, req, cfg, ctx, fwd)
+    res = run_method(lm, req, cfg, ctx)
     wall = time.perf_counter() - t0
+    peak = _rss_mb()
     Path(out).write_text(json.dumps(res.summary() | {
-        "wall_per_step_s": wall / steps, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "config": dataclasses.asdict(cfg)["layer"]}))
+        "wall_per_step_s": wall / steps, "peak_rss_mb": peak, "runtime_rss_mb": base, "after_load_rss_mb": loaded,
+        "peak_minus_runtime_mb": peak - base, "layer": dataclasses.asdict(cfg)["layer"]}))
+
+
+def _build_child(shape: str, folder: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from .cli import _quiet_libraries
+
+    _quiet_libraries()
+    build_random(shape, Path(folder))
+
+
+def _quantize_child(folder: str, layer: int, out: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from .cli import _quiet_libraries
+    from .forward.quant import QuantConfig, save_quantized
+
+    _quiet_libraries()
+    save_quantized(folder, out, layer, QuantConfig("w8a16"))
+
+
+def _spawn(target, args: tuple, what: str) -> None:
+    p = mp.get_context("spawn").Process(target=target, args=args)
+    p.start(); p.join()
+    if p.exitcode != 0:
+        raise ConfigError(f"{what} child failed (exit {p.exitcode})", where="bench-shape", fix="rerun with -v")
 
 
 def run_child(method: str, folder: Path, layer: int, steps: int, workdir: Path) -> dict:
     out = workdir / f"{method}.json"
-    p = mp.get_context("spawn").Process(target=_child, args=(method, str(folder), layer, steps, str(out)))
-    p.start(); p.join()
-    if p.exitcode != 0:
-        raise ConfigError(f"{method} child failed (exit {p.exitcode})", where="bench-shape", fix="rerun with -v")
+    _spawn(_child, (method, str(folder), layer, steps, str(out)), method)
+    return json.loads(out.read_text())
+
+
+def _prefix_child(folder: str, layer: int, K: int, reps: int, out: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from .bench_prefix import measure
+    from .cli import _quiet_libraries
+
+    _quiet_libraries()
+    res = [measure(folder, layer, 1, K, reps, q) for q in ("none", "w8a16")]
+    Path(out).write_text(json.dumps(res))
+
+
+def run_prefix_child(folder: Path, layer: int, K: int, reps: int, workdir: Path) -> list[dict]:
+    out = workdir / "prefix.json"
+    _spawn(_prefix_child, (str(folder), layer, K, reps, str(out)), "prefix")
     return json.loads(out.read_text())
 
 
 def cmd_bench_shape(args) -> int:
     from .atomic import atomic_write_text
+    from .bench_prefix import format_result
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / args.shape
-        build_random(args.shape, folder)
-        rows = {m: run_child(m, folder, args.layer, args.steps, Path(tmp)) for m in ("rome", "mobiedit")}
+        _spawn(_build_child, (args.shape, str(folder)), "build")  # the parent never holds a model
+        qfolder = Path(tmp) / f"{args.shape}-w8a16"
+        _spawn(_quantize_child, (str(folder), args.layer, str(qfolder)), "quantize")
+        sizes = {k: sum(f.stat().st_size for f in p.glob("*.safetensors")) / 2**20 for k, p in (("fp32", folder), ("w8a16", qfolder))}
+        rows = {"rome": run_child("rome", folder, args.layer, args.steps, Path(tmp)),
+                "mobiedit": run_child("mobiedit", qfolder, args.layer, args.steps, Path(tmp))}
+        prefix = run_prefix_child(folder, args.layer, args.prefix_k, args.prefix_reps, Path(tmp)) if args.prefix_k else []
     res = {"shape": args.shape, "config": SHAPES[args.shape][1], "layer": args.layer, "steps": args.steps, "rows": rows,
+           "checkpoint_mb": sizes,
            "rss_ratio_mobiedit_over_rome": rows["mobiedit"]["peak_rss_mb"] / rows["rome"]["peak_rss_mb"],
-           "wall_ratio_mobiedit_over_rome_per_step": rows["mobiedit"]["wall_per_step_s"] / rows["rome"]["wall_per_step_s"]}
+           "rss_ratio_net_of_runtime": rows["mobiedit"]["peak_minus_runtime_mb"] / rows["rome"]["peak_minus_runtime_mb"],
+           "wall_ratio_mobiedit_over_rome_per_step": rows["mobiedit"]["wall_per_step_s"] / rows["rome"]["wall_per_step_s"],
+           "prefix": prefix}
     for m, r in rows.items():
-        print(f"{m:<9} peak RSS {r['peak_rss_mb']:8.0f} MB  {r['wall_per_step_s']:.3f} s/step  "
+        print(f"{m:<9} peak RSS {r['peak_rss_mb']:8.0f} MB (runtime {r['runtime_rss_mb']:.0f} MB before weights, "
+              f"{r['after_load_rss_mb']:.0f} MB after load)  {r['wall_per_step_s']:.3f} s/step  "
               f"loss evals {r['loss_evals']}  backward {r['backward_calls']}")
-    print(f"RSS ratio mobiedit/rome = {res['rss_ratio_mobiedit_over_rome']:.3f}; "
+    print(f"checkpoints: fp32 {sizes['fp32']:.0f} MB, w8a16 {sizes['w8a16']:.0f} MB")
+    print(f"RSS ratio mobiedit/rome = {res['rss_ratio_mobiedit_over_rome']:.3f} "
+          f"(net of the Python runtime: {res['rss_ratio_net_of_runtime']:.3f}); "
           f"per-step wall ratio = {res['wall_ratio_mobiedit_over_rome_per_step']:.3f}")
+    for r in prefix:
+        print(format_result(r))
     if args.out:
         atomic_write_text(args.out, json.dumps(res, indent=1))
     return 0
@@ -117,5 +184,8 @@ def register(sub) -> None:
     sp = sub.add_parser("bench-shape", help="time and peak memory of one edit at a real model's shape")
     sp.add_argument("--shape", default="qwen2-0.5b", help=f"one of {sorted(SHAPES)}")
     sp.add_argument("--layer", type=int, default=5); sp.add_argument("--steps", type=int, default=10)
+    sp.add_argument("--prefix-k", type=int, default=4,
+                    help="deltas per timed prefix/full graph call (0 skips the prefix measurement)")
+    sp.add_argument("--prefix-reps", type=int, default=2, help="timed calls per graph (median)")
     sp.add_argument("--out", help="JSON output file")
     sp.set_defaults(fn=cmd_bench_shape)

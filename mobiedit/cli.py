@@ -201,6 +201,16 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_quantize(args) -> int:
+    from .forward.quant import QuantConfig, save_quantized
+
+    model_dir = resolve_model(args)
+    layer = edit_layer_for(model_dir, args.layer)
+    out = save_quantized(model_dir, args.out, layer, QuantConfig(args.scheme))
+    print(f"wrote {out} ({args.scheme}; float islands: the layer-{layer} MLP output and the LM head)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mobiedit", description=__doc__)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -244,11 +254,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", default="runs/trace", help="folder for trace.json and trace.png")
     sp.set_defaults(fn=cmd_trace)
 
+    sp = sub.add_parser("quantize", help="write a pre-quantized checkpoint (int8 weights; edit layer and LM head float)")
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--model"); g.add_argument("--preset", default="default")
+    sp.add_argument("--out", required=True, help="folder to write (replaced atomically)")
+    sp.add_argument("--scheme", default="w8a16", choices=("w8a16", "w8a8"))
+    sp.add_argument("--layer", type=int, help="the edit layer whose MLP output stays float")
+    sp.set_defaults(fn=cmd_quantize)
+
     from .bench import register as bench_register
+    from .bench_prefix import register as prefix_register
+    from .bench_prefix import register_quant
     from .bench_shape import register as shape_register
     from .demo import register as demo_register
 
-    bench_register(sub); shape_register(sub); demo_register(sub)
+    bench_register(sub); prefix_register(sub); register_quant(sub); shape_register(sub); demo_register(sub)
     try:
         from .export.cli import register as export_register
     except ImportError:  # the export extra is not installed

@@ -19,7 +19,7 @@ DEMO_CASE = 3087  # "David Robinson professionally plays the sport" basketball -
 
 
 def _edit_child(method: str, model_dir: str, req: dict, layer: int, seed: int, out: str) -> None:
-    import resource
+    from .rss import peak_rss_mb
 
     import torch
     from safetensors.torch import save_file
@@ -36,7 +36,7 @@ def _edit_child(method: str, model_dir: str, req: dict, layer: int, seed: int, o
     ctx = prepare(lm, cfg, seed)
     res = run_method(lm, EditRequest.from_dict(req), cfg, ctx)
     save_file({"u": res.u.contiguous(), "w": res.w.contiguous()}, out + ".safetensors")
-    stats = res.summary() | {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    stats = res.summary() | {"peak_rss_mb": peak_rss_mb()}
     Path(out + ".json").write_text(json.dumps(stats))
 
 

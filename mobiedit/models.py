@@ -66,6 +66,19 @@ def _check_safe_weights(path: Path) -> None:
         )
 
 
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN/Inf in a float tensor; for a quantized tensor subclass (e.g. a pre-quantized torchao
+    checkpoint's ``Int8Tensor``), in its float inner tensors (scales); integer data is always finite."""
+    if type(t) in (torch.Tensor, torch.nn.Parameter):
+        # in chunks: one isfinite over a 0.5 GB embedding would add ~1 GB of temporaries to the peak
+        return not t.is_floating_point() or all(bool(torch.isfinite(c).all())
+                                                for c in t.detach().reshape(-1).split(1 << 22))
+    flatten = getattr(t, "__tensor_flatten__", None)
+    if flatten is None:
+        return True
+    return all(_all_finite(getattr(t, n)) for n in flatten()[0])
+
+
 def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
                dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load model + tokenizer from a local folder, offline, safetensors only.
@@ -99,7 +112,7 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
                                  f"(e.g. {keys[:3]})", where=str(path),
                                  fix="use the config.json that belongs to these weights (incomplete or mixed checkpoint?)")
     for name, param in model.named_parameters():
-        if param.is_floating_point() and not torch.isfinite(param).all():
+        if not _all_finite(param):
             raise ModelLoadError(f"parameter {name!r} contains NaN/Inf", where=str(path),
                                  fix="restore the checkpoint; a model with non-finite weights cannot be edited")
     model.to(device).eval()

@@ -3,8 +3,11 @@ loads, and the new state is complete or absent (mobiedit.reliability.killtest).
 
 * every filesystem commit call of atomic_path / atomic_dir (both swap paths) and of a journal
   record / undo is a kill point, enumerated deterministically (before and after the call);
-* the random-kill harness runs ``mobiedit edit --out`` and a journal loop with 20 SIGKILLs;
-* the checks themselves can fail: a non-atomic writer and damaged folders are caught.
+* every commit call of a bundle edit (first edit of the bundle's journal, and a later one) is a
+  kill point too; the bundle is checked the way the harness's ``bundle`` writer checks it;
+* the random-kill harness runs ``mobiedit edit --out``, a journal loop and ``mobiedit edit
+  --bundle`` with 24 SIGKILLs (the base bundle exported once per session);
+* the checks themselves can fail: a non-atomic writer, damaged folders and damaged bundles are caught.
 """
 from __future__ import annotations
 
@@ -26,6 +29,16 @@ from mobiedit.reliability.killtest import (
     Forked, arm_crash_point, folder_digest, journal_factors, journal_plan, journal_step, temps_in,
     verify_edit_state, verify_journal_state,
 )
+
+
+@pytest.fixture(scope="session")
+def kill_bundle_base(tiny_llama_dir, tmp_path_factory):
+    """The bundle writer's base bundle (ONNX Runtime fp32, kill_bundle's small shapes), exported once
+    per session (about 15 s)."""
+    from mobiedit.export.bundle import export_bundle
+    from mobiedit.reliability.kill_bundle import bundle_config
+
+    return export_bundle(tiny_llama_dir, tmp_path_factory.mktemp("kill_bundle") / "base", bundle_config("onnxruntime"))
 
 
 def _run_killed_at(n: int, after: bool, write, fallback: bool = False, timeout: float = 60.0) -> int:
@@ -198,6 +211,74 @@ def test_journal_operation_every_kill_point(tmp_path, ops):
     assert seen == {False, True}
 
 
+class _BundleCase:
+    """A bundle copy with the harness's request file; ``edit(k)`` applies request k through the
+    bundle's programs (``edit_bundle``, the code behind ``mobiedit edit --bundle``, with a short
+    search so that a run costs a fraction of a second)."""
+
+    def __init__(self, base, tmp_path):
+        import hashlib
+
+        from mobiedit.reliability.kill_bundle import file_digests, select_requests
+
+        self.tmp = tmp_path
+        self.requests = tmp_path / "requests.json"
+        self.case_ids = select_requests(str(base), str(self.requests), 3)
+        self.requests_sha = hashlib.sha256(self.requests.read_bytes()).hexdigest()
+        self.base_files = {k: v for k, v in file_digests(base).items() if not k.startswith("journal/")}
+
+    def edit(self, folder, k: int):
+        from mobiedit.export.ops import edit_bundle
+        from mobiedit.requests import load_requests
+        from mobiedit.zo import ZOConfig
+
+        zo = ZOConfig(estimator="fzoo", n_dirs=4, h=0.05, optimizer="adam", lr=0.5, max_steps=2, max_evals=100,
+                      check_every=1, seed=0)
+        [res] = edit_bundle(folder, load_requests(self.requests)[k:k + 1], zo, force=True)
+        assert res.applied
+
+    def verify(self, folder) -> dict:
+        from mobiedit.reliability.kill_bundle import verify_bundle_state
+
+        return verify_bundle_state(str(folder), self.base_files, str(self.requests), self.requests_sha,
+                                   str(self.tmp / "scratch"))
+
+
+@pytest.mark.parametrize("prior", [0, 1], ids=["first-edit", "later-edit"])
+def test_bundle_edit_every_kill_point(tmp_path, kill_bundle_base, prior):
+    """A bundle edit (base weight on the first edit, factors, journal line) killed at each of its
+    commit calls: the bundle verifies and holds the old or the complete new journal."""
+    import shutil
+
+    from mobiedit.reliability.kill_bundle import classify
+
+    case = _BundleCase(kill_bundle_base, tmp_path)
+    template, folder = tmp_path / "template", tmp_path / "bundle"
+    shutil.copytree(kill_bundle_base, template)
+    for k in range(prior):
+        case.edit(template, k)
+    before = case.verify(template)
+    assert before["problems"] == [] and len(before["rows"]) == prior
+    shutil.copytree(template, folder)
+    n_calls = _count_calls(lambda: case.edit(folder, prior))
+    assert n_calls == (9 if prior == 0 else 6), n_calls  # (base,) factors, journal: fsync, replace, fsync dir
+    seen = set()
+    for n in range(n_calls):
+        for after in (False, True):
+            shutil.rmtree(folder)
+            shutil.copytree(template, folder)
+            assert _run_killed_at(n, after, lambda: case.edit(folder, prior)) == -signal.SIGKILL
+            res = case.verify(folder)
+            outcome, problems = classify(before, res, case.case_ids[prior])
+            assert problems == [] and outcome in ("old", "new"), (n, after, problems)
+            seen.add(outcome)
+            case.edit(folder, prior + 1)  # the next run works on what the kill left
+            res2 = case.verify(folder)
+            assert res2["problems"] == [] and res2["rows"][-1][1] == case.case_ids[prior + 1]
+            assert temps_in(folder / "journal") == [] and temps_in(folder) == []
+    assert seen == {"old", "new"}
+
+
 # ----------------------------------------------------------------------------- stale temporaries, modes, recovery
 
 def test_stale_temporaries_of_dead_writers_are_removed_live_ones_kept(tmp_path):
@@ -308,19 +389,64 @@ def test_verifiers_report_damage(tmp_path, tiny_llama_dir):
     assert res["problems"] and "unloadable" in res["problems"][0]
 
 
+def test_bundle_checks_catch_damage_and_a_non_atomic_journal_write(tmp_path, kill_bundle_base):
+    import shutil
+
+    from mobiedit import journal as journal_mod
+    from mobiedit.reliability.kill_bundle import classify
+
+    case = _BundleCase(kill_bundle_base, tmp_path)
+    folder = tmp_path / "bundle"
+    shutil.copytree(kill_bundle_base, folder)
+    before = case.verify(folder)
+    assert before["problems"] == [] and before["rows"] == [] and before["orphans"] == []
+    case.edit(folder, 0)
+    after = case.verify(folder)
+    assert classify(before, after, case.case_ids[0]) == ("new", [])
+    outcome, problems = classify(before, after, case.case_ids[1])  # not the planned request
+    assert outcome == "torn" and problems
+
+    def naive_write(dest, text):  # in place, no temporary: dies half-way
+        with open(dest, "w") as fh:
+            fh.write(text[: len(text) // 2])
+            fh.flush()
+            os.fsync(fh.fileno())  # the only commit call: killed after it
+            fh.write(text[len(text) // 2:])
+
+    def naive_edit():
+        journal_mod.atomic_write_text = naive_write
+        journal_mod.atomic_write_bytes = lambda dest, data: Path(dest).write_bytes(data)
+        case.edit(folder, 1)
+
+    assert _run_killed_at(0, True, naive_edit) == -signal.SIGKILL
+    res = case.verify(folder)
+    outcome, problems = classify(after, res, case.case_ids[1])
+    assert outcome == "torn" and any("unloadable" in p for p in problems), problems
+
+    shutil.rmtree(folder)
+    shutil.copytree(kill_bundle_base, folder)
+    tok = folder / "tokenizer.json"
+    tok.write_bytes(tok.read_bytes().replace(b'"', b"'", 1))
+    problems = case.verify(folder)["problems"]
+    assert any("tokenizer.json changed" in p for p in problems) and any("unloadable" in p for p in problems)
+
+
 # ----------------------------------------------------------------------------- the random-kill harness
 
-def test_killtest_harness_20_kills(tmp_path, tiny_llama_dir):
+def test_killtest_harness_24_kills(tmp_path, tiny_llama_dir, kill_bundle_base):
     report = tmp_path / "kill.json"
     r = subprocess.run([sys.executable, "-m", "mobiedit.reliability.killtest", "--edit", "2", "--edit-fallback", "1",
-                        "--journal", "17", "--model", str(tiny_llama_dir), "--work", str(tmp_path / "work"),
+                        "--journal", "17", "--bundle", "4", "--model", str(tiny_llama_dir),
+                        "--bundle-base", str(kill_bundle_base), "--work", str(tmp_path / "work"),
                         "--json", str(report), "--quiet", "--seed", "1"],
                        capture_output=True, text=True, timeout=900,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     rep = json.loads(report.read_text())
-    assert rep["kills_total"] >= 20 and rep["torn_total"] == 0, rep["torn_details"]
-    assert rep["writers"]["journal"]["kills"] == 17
+    assert rep["kills_total"] >= 24 and rep["torn_total"] == 0, rep["torn_details"]
+    assert rep["writers"]["journal"]["kills"] == 17 and rep["writers"]["bundle"]["kills"] == 4
     assert rep["writers"]["edit"]["kills"] == 2 and rep["writers"]["edit-fallback"]["kills"] == 1
-    assert rep["final"]["journal_run_ok"] and not any(rep["final"]["leftovers_after_final_runs"].values())
-    assert "kills survived: 20 SIGKILLs" in r.stdout
+    assert rep["final"]["journal_run_ok"] and rep["final"]["bundle_run_ok"]
+    assert not any(rep["final"]["leftovers_after_final_runs"].values())
+    assert rep["bundle"]["base"] == str(kill_bundle_base) and rep["bundle"]["runtime"] == "onnxruntime"
+    assert "kills survived: 24 SIGKILLs" in r.stdout

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from mobiedit.journal import Journal
@@ -56,3 +57,28 @@ def test_loss_evaluations_are_counted_and_budgeted(tiny_llama_dir):
     assert out.loss_evals <= 60 + 1 + steps
     assert out.status in ("BUDGET", "SUCCESS_CHECK")
     assert out.sequences == out.loss_evals * (len(ctx.templates) + 1)
+
+
+def test_prequantized_checkpoint_edits_like_the_quantized_copy(tiny_llama_dir, tmp_path):
+    """`mobiedit quantize` writes int8 weights with the edit layer's MLP output and the LM head float;
+    MobiEdit on that folder runs on it as is and finds the same losses as on a quantized copy."""
+    from mobiedit.errors import ConfigError
+    from mobiedit.forward.quant import is_prequantized, save_quantized
+    from mobiedit.session import run_method
+
+    q = save_quantized(tiny_llama_dir, tmp_path / "q", 0, QuantConfig("w8a16"))
+    lmq = load_model(q)
+    layers = lmq.model.model.layers
+    assert is_prequantized(lmq.model)
+    assert type(layers[1].mlp.down_proj.weight).__name__ == "Int8Tensor"
+    assert type(layers[0].mlp.down_proj.weight) is torch.nn.Parameter  # the float island
+    assert type(lmq.model.lm_head.weight) is torch.nn.Parameter
+    cfg = _cfg("native")
+    lm = load_model(tiny_llama_dir)
+    ctx = prepare(lm, cfg, seed=0)  # the same context templates for both (the quantized model samples others)
+    out_q = run_method(lmq, REQ, cfg, ctx)
+    out_f = run_method(lm, REQ, cfg, ctx)
+    assert out_q.loss_evals == out_f.loss_evals and out_q.backward_calls == 0
+    assert max(abs(a - b) for a, b in zip(out_q.losses, out_f.losses)) < 1e-4
+    with pytest.raises(ConfigError, match="quantized"):
+        run_method(lmq, REQ, dataclasses.replace(cfg, layer=1), prepare(lmq, dataclasses.replace(cfg, layer=1), seed=0))

@@ -78,3 +78,57 @@ def centered_correlation(a: torch.Tensor, b: torch.Tensor) -> float:
     b = b.double() - b.double().mean()
     den = a.norm() * b.norm()
     return float((a @ b) / den) if den > 0 else 0.0
+
+
+def is_prequantized(model: torch.nn.Module) -> bool:
+    """True for a model loaded from a pre-quantized checkpoint (:func:`save_quantized`)."""
+    return getattr(getattr(model, "config", None), "quantization_config", None) is not None
+
+
+def check_prequantized(model: torch.nn.Module, family: Family, layer: int) -> None:
+    """A pre-quantized model can only be edited at a layer whose ``mlp_out`` it kept float."""
+    from ..families import get_module
+
+    w = get_module(model, family.mlp_out, layer).weight
+    if type(w) not in (torch.Tensor, torch.nn.Parameter):
+        raise ConfigError(f"{family.mlp_out.format(layer)} of this pre-quantized checkpoint is quantized "
+                          f"({type(w).__name__}); the edit needs it float", where="mobiedit.layer",
+                          fix="edit the layer the checkpoint was quantized for, or re-run `mobiedit quantize --layer N`")
+
+
+def save_quantized(model_dir, out, layer: int, cfg: QuantConfig):
+    """Write a pre-quantized Hugging Face checkpoint of ``model_dir`` to ``out`` (atomically).
+
+    transformers' ``TorchAoConfig`` quantizes each linear weight as it loads (int8 per-channel;
+    ``w8a8`` also records dynamic int8 activations) except the float islands of ``layer``; the
+    folder loads with plain ``from_pretrained`` and never holds float copies of the quantized
+    layers — the memory picture of a phone that ships the quantized model.
+    """
+    import shutil
+    from pathlib import Path
+
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TorchAoConfig
+
+    from ..atomic import atomic_dir
+    from ..families import family_for
+    from ..models import read_config
+
+    if cfg.scheme == "none":
+        raise ConfigError("scheme 'none' writes no quantized checkpoint", where="--scheme", fix="use w8a16 or w8a8")
+    src = Path(model_dir)
+    family = family_for(str(read_config(src).get("model_type", "")))
+    islands = [family.mlp_out.format(layer), family.lm_head]
+    tcfg = Int8WeightOnlyConfig() if cfg.scheme == "w8a16" else Int8DynamicActivationInt8WeightConfig()
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, local_files_only=True, use_safetensors=True,
+                                                 quantization_config=TorchAoConfig(quant_type=tcfg,
+                                                                                   modules_to_not_convert=islands))
+    tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        for extra in ("factlm.json",):
+            if (src / extra).is_file():
+                shutil.copy2(src / extra, Path(tmp) / extra)
+    log.info("wrote %s (%s, float: %s)", out, cfg.scheme, islands)
+    return Path(out)

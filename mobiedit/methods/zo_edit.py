@@ -17,7 +17,7 @@ import torch
 from ..errors import ConfigError
 from ..forward.graph import FullGraph, PrefixGraph
 from ..forward.prefix import compute_prefix_state
-from ..forward.quant import QuantConfig, quantized_copy
+from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, quantized_copy
 from ..models import LoadedModel
 from ..requests import EditRequest
 from ..rome.config import ContextConfig, ObjectiveConfig
@@ -88,7 +88,10 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
     """One forward-only edit. ``fwd_model`` is the (quantized) model the loop's forwards run on
     (default: a quantized copy per ``cfg.quant``); the factors are computed on ``lm.model``."""
     t0 = time.perf_counter()
-    if fwd_model is None:
+    if fwd_model is None and is_prequantized(lm.model):  # a `mobiedit quantize` checkpoint: use it as is
+        check_prequantized(lm.model, lm.family, cfg.layer)
+        fwd_model = lm.model
+    elif fwd_model is None:
         fwd_model = quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
     graph, state, inputs = build_graph(fwd_model, lm, req, cfg, ctx)
     d = state.h_suffix.shape[-1]

@@ -1,0 +1,189 @@
+"""Edit quality with the loop's forwards run through exported programs (the "NPU emulation"):
+the same N requests edited (a) by the eager quantized MobiEdit path and (b) through each bundle's
+prefix + edit programs in ExecuTorch / ONNX Runtime, every edit on the unedited model, scored
+by the same evaluator on the float HF model (edit → score → restore).
+
+Run: ``python -m mobiedit.export.quality --preset default --n 100 --out runs/export_quality``
+(not a test: one core, hours at 100 requests). Each row appends one JSON line per finished request
+to ``OUT/<row>.jsonl`` and a rerun resumes from there. Bundles are exported with ``mobiedit export``'s default
+settings per runtime (8da8w + delta edit program for ExecuTorch, QDQ a16w8 for ONNX Runtime)
+and kept in ``OUT/bundle-<runtime>`` for reuse.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from mobiedit.atomic import atomic_write_text
+from mobiedit.errors import MobiEditError
+
+log = logging.getLogger(__name__)
+
+
+def export_default(model_dir: Path, runtime: str, out: Path) -> Path:
+    """``mobiedit export --runtime RUNTIME`` with its default flags (reused when ``out`` loads)."""
+    from mobiedit.cli import build_parser
+
+    from .bundle import export_bundle, load_bundle
+    from .cli import config_from_args
+
+    try:
+        load_bundle(out)
+        return out
+    except MobiEditError:
+        pass
+    args = build_parser().parse_args(["export", "--model", str(model_dir), "--out", str(out), "--runtime", runtime])
+    t0 = time.perf_counter()
+    export_bundle(model_dir, out, config_from_args(args))
+    log.warning("exported %s bundle in %.0f s", runtime, time.perf_counter() - t0)
+    return out
+
+
+class RowLog:
+    """Per-request results of one row, one JSON line each (appended and fsynced as each edit
+    finishes), so that an interrupted run resumes where it stopped; a torn last line is ignored."""
+
+    def __init__(self, path: Path) -> None:
+        from mobiedit.evaluate import RequestScores
+
+        self.path, self.done = path, {}
+        if path.is_file():
+            text = path.read_text()
+            if text and not text.endswith("\n"):  # drop the torn tail so that appends start on a new line
+                text = text[: text.rfind("\n") + 1]
+                atomic_write_text(path, text)
+            for line in text.splitlines():
+                try:
+                    rec = json.loads(line)
+                    rec["scores"] = RequestScores(**rec["scores"])
+                except (ValueError, TypeError, KeyError):
+                    continue  # the line a kill cut short
+                self.done[rec["case_id"]] = rec
+
+    def add(self, req, scores, succeeded: bool, evals: int, wall: float) -> None:
+        import dataclasses
+        import os
+
+        rec = {"case_id": req.case_id, "scores": dataclasses.asdict(scores), "succeeded": bool(succeeded),
+               "loss_evals": int(evals), "wall_s": wall}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+            f.flush(); os.fsync(f.fileno())
+        self.done[req.case_id] = rec | {"scores": scores}
+
+    def summary(self, name: str, reqs) -> dict:
+        from mobiedit.evaluate import aggregate
+
+        recs = [self.done[r.case_id] for r in reqs if r.case_id in self.done]
+        ok = [r["loss_evals"] for r in recs if r["succeeded"]]
+        return {"row": name, "n": len(recs), "quality": aggregate([r["scores"] for r in recs]),
+                "success_rate": 100.0 * len(ok) / max(1, len(recs)),
+                "loss_evals_median_success": statistics.median(ok) if ok else None,
+                "wall_per_edit_s": statistics.mean(r["wall_s"] for r in recs) if recs else float("nan")}
+
+
+def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
+    """MobiEdit's default (FZOO, W8A16 eager graph, prefix reuse, early stop) on ``reqs``."""
+    import dataclasses
+
+    from mobiedit.methods.zo_edit import MobiEditConfig
+    from mobiedit.session import edit_independent, prepare
+
+    cfg = dataclasses.replace(MobiEditConfig(), layer=layer)
+    ctx = prepare(lm, cfg, seed=0)
+    fwd = None
+    for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc="edit eager w8a16"):
+        from mobiedit.forward.quant import quantized_copy
+
+        fwd = fwd if fwd is not None else quantized_copy(lm.model, lm.family, layer, cfg.quant)
+        rec = edit_independent(lm, [req], cfg, ctx, progress=False, fwd_model=fwd)[0]
+        log_.add(req, rec.scores, rec.outcome.succeeded, rec.outcome.loss_evals, rec.outcome.wall_time)
+    return log_.summary("eager-w8a16", reqs)
+
+
+def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
+    """Each request searched through the bundle's programs (empty journal), its factors applied
+    to the float HF model's edit weight, scored, and the weight restored bit-exactly."""
+    from mobiedit.evaluate import pre_edit_snapshot, score_request
+    from mobiedit.families import get_module
+    from mobiedit.journal import apply_factors
+
+    from .bundle import load_bundle
+    from .ops import default_zo, search_bundle_edit
+
+    b = load_bundle(bundle_dir)
+    journal, keystats = b.journal(), b.keystats()
+    zo = default_zo(b.manifest["shapes"]["edit_K"])
+    weight = get_module(lm.model, lm.family.mlp_out, b.manifest["edit_layer"]).weight
+    for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc=f"edit via {b.runtime}"):
+        pre = pre_edit_snapshot(lm.model, lm.tokenizer, req)
+        t0 = time.perf_counter()
+        found = search_bundle_edit(b, journal, keystats, req, zo)
+        wall = time.perf_counter() - t0
+        saved = weight.detach().clone()
+        with torch.no_grad():
+            weight.copy_(apply_factors(weight, torch.from_numpy(found.u), torch.from_numpy(found.w),
+                                       lm.family.weight_out_in))
+        scores = score_request(lm.model, lm.tokenizer, req, pre)
+        with torch.no_grad():
+            weight.copy_(saved)
+        log_.add(req, scores, found.succeeded, found.loss_evals, wall)
+    return log_.summary(f"bundle-{b.runtime}", reqs)
+
+
+def format_rows(rows: list[dict]) -> str:
+    lines = [f"{'row':<24}{'n':>5}{'eff':>7}{'gen':>7}{'loc':>7}{'succ%':>7}{'evals(med)':>11}{'s/edit':>8}"]
+    for r in rows:
+        q, med = r["quality"], r["loss_evals_median_success"]
+        lines.append(f"{r['row']:<24}{r['n']:>5}{q['efficacy_acc']:>7.1f}{q['generalization_acc']:>7.1f}"
+                     f"{q['locality_acc']:>7.1f}{r['success_rate']:>7.1f}{(med or float('nan')):>11.0f}"
+                     f"{r['wall_per_edit_s']:>8.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mobiedit.cli import _quiet_libraries, edit_layer_for, resolve_model
+    from mobiedit.models import load_model
+    from mobiedit.requests import bundled_path, load_requests
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--model"); g.add_argument("--preset", default="default")
+    p.add_argument("--n", type=int, default=100)
+    p.add_argument("--runtimes", default="executorch,onnxruntime")
+    p.add_argument("--no-eager", action="store_true", help="skip the eager quantized row")
+    p.add_argument("--out", default="runs/export_quality")
+    p.add_argument("--quiet", action="store_true", help="no training progress bar")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _quiet_libraries()
+    torch.set_num_threads(1)
+    try:
+        model_dir = resolve_model(args)
+        layer = edit_layer_for(model_dir, None)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        lm = load_model(model_dir)
+        reqs = load_requests(bundled_path("counterfact-edit-1k.json"))[: args.n]
+        rows = [] if args.no_eager else [eager_row(lm, reqs, layer, RowLog(out / "eager-w8a16.jsonl"))]
+        for rt in (x for x in args.runtimes.split(",") if x):
+            bundle = export_default(model_dir, rt, out / f"bundle-{rt}")
+            rows.append(bundle_row(lm, reqs, bundle, RowLog(out / f"bundle-{rt}.jsonl")))
+            print(format_rows(rows[-1:]).splitlines()[-1], flush=True)
+    except MobiEditError as e:
+        print(f"mobiedit.export.quality: error: {e}")
+        return 2
+    atomic_write_text(out / "quality.json" if args.n == 100 else out / f"quality-n{args.n}.json", json.dumps({"model": str(model_dir), "layer": layer, "rows": rows}, indent=1))
+    print(format_rows(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""``mobiedit bench`` / ``bench-prefix``: row specs, per-row request counts, JSON + PNG output,
+and the prefix FLOP model (figures themselves live in docs/results.md, not in asserts)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mobiedit.bench import ROWS, parse_rows, row_config
+from mobiedit.cli import main
+from mobiedit.errors import ConfigError
+
+
+def test_every_row_is_a_valid_config():
+    for name in ROWS:
+        cfg = row_config(name, 2, seed=3)
+        assert cfg.layer == 2
+    assert row_config("fzoo-noprefix", 1, 0).prefix_reuse is False
+    assert row_config("fzoo-noearly", 1, 0).early_stop is False
+    assert row_config("fzoo-float", 1, 0).quant.scheme == "none"
+    assert row_config("paper", 1, 0).zo.loss_tol == pytest.approx(1e-5)
+    assert row_config("paper-check", 1, 0).early_stop is True
+
+
+def test_row_spec_parsing_and_errors():
+    assert parse_rows("rome, fzoo ,paper:30", 200) == [("rome", 200), ("fzoo", 200), ("paper", 30)]
+    for bad, field in (("nope", "unknown bench row"), ("fzoo:x", "bad request count"), ("fzoo:0", ">= 1"), (",", "no rows")):
+        with pytest.raises(ConfigError, match=field):
+            parse_rows(bad, 10)
+
+
+def test_bench_writes_json_and_png_with_per_row_counts(tiny_llama_dir, tmp_path, capsys):
+    out = tmp_path / "b"
+    rc = main(["bench", "--model", str(tiny_llama_dir), "--layer", "0", "--rows", "rome:1,fzoo:2", "--n", "5",
+               "--out", str(out)])
+    assert rc == 0
+    res = json.loads((out / "bench.json").read_text())
+    assert [(r["row"], r["n"]) for r in res["rows"]] == [("rome", 1), ("fzoo", 2)]
+    fz = res["rows"][1]
+    assert len(fz["loss_evals_per_edit"]) == 2 and fz["backward_calls_mean"] == 0
+    assert res["rows"][0]["backward_calls_mean"] > 0
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "fzoo" in capsys.readouterr().out
+
+
+def test_prefix_flop_model_counts_only_the_suffix(tiny_llama_dir):
+    """The theoretical ratio grows with the share of work below the edit layer and before the
+    subject: editing layer 0 leaves more to recompute than editing the last layer."""
+    from mobiedit.bench_prefix import measure
+
+    torch.set_num_threads(1)
+    lo = measure(str(tiny_llama_dir), 0, 1, K=2, reps=1, quant="none")
+    hi = measure(str(tiny_llama_dir), 1, 1, K=2, reps=1, quant="none")
+    for r in (lo, hi):
+        m = r["per_request"][0]
+        assert m["flops_full"] > m["flops_prefix"] > 0 and m["t_full_s"] > 0 and m["t_prefix_s"] > 0
+    assert hi["median"]["flop_ratio"] > lo["median"]["flop_ratio"] > 1.0
+
+
+def _child_peak(q) -> None:
+    from mobiedit.rss import peak_rss_mb
+
+    q.put(peak_rss_mb())
+
+
+def test_peak_rss_is_the_childs_own_not_the_parents():
+    """ru_maxrss would carry the parent's high-water mark into a spawned child."""
+    import multiprocessing as mp
+
+    from mobiedit.rss import peak_rss_mb
+
+    big = bytearray(400 * 2**20)  # touch 400 MiB in the parent
+    for i in range(0, len(big), 4096):
+        big[i] = 1
+    parent = peak_rss_mb()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_peak, args=(q,))
+    p.start(); child = q.get(timeout=120); p.join()
+    del big
+    assert parent >= 400 and 0 < child < parent - 300
