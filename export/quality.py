@@ -93,16 +93,14 @@ def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
     """MobiEdit's default (FZOO, W8A16 eager graph, prefix reuse, early stop) on ``reqs``."""
     import dataclasses
 
+    from mobiedit.forward.quant import quantized_copy
     from mobiedit.methods.zo_edit import MobiEditConfig
     from mobiedit.session import edit_independent, prepare
 
     cfg = dataclasses.replace(MobiEditConfig(), layer=layer)
     ctx = prepare(lm, cfg, seed=0)
-    fwd = None
+    fwd = quantized_copy(lm.model, lm.family, layer, cfg.quant)  # once, not per request
     for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc="edit eager w8a16"):
-        from mobiedit.forward.quant import quantized_copy
-
-        fwd = fwd if fwd is not None else quantized_copy(lm.model, lm.family, layer, cfg.quant)
         rec = edit_independent(lm, [req], cfg, ctx, progress=False, fwd_model=fwd)[0]
         log_.add(req, rec.scores, rec.outcome.succeeded, rec.outcome.loss_evals, rec.outcome.wall_time)
     return log_.summary("eager-w8a16", reqs)
