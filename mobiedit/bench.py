@@ -34,6 +34,8 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),
     "paper-check": ("mobiedit", {"zo": {**_PAPER, "loss_tol": 0.0}, "quant": _W8A16}),
     "fzoo-w8a8": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a8"}}),
+    # the phone checkpoint's configuration (`mobiedit quantize`): LM head stored bf16, computed fp32
+    "fzoo-bf16head": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16", "head_dtype": "bfloat16"}}),
 }
 for _name, _zo in (("fzoo", _FZOO), ("antithetic", _ANTI)):
     ROWS[_name] = ("mobiedit", {"zo": _zo, "quant": _W8A16})

@@ -1,8 +1,9 @@
 """Time and memory at a real model's shape (random weights): one edit by backprop ROME vs one
 forward-only MobiEdit edit, each in its own child process, with a fixed step count (a random model
 has no success signal), plus the prefix-reuse speed-up at that shape. MobiEdit's child loads a
-pre-quantized checkpoint (``mobiedit quantize``: int8 weights, the edit layer's MLP output and the
-LM head float), as a phone holds its model; ROME's loads the fp32 checkpoint.
+pre-quantized checkpoint (``mobiedit quantize``: int8 weights, the edit layer's MLP output float,
+the LM head stored bf16 and computed fp32), as a phone holds its model; ROME's loads the fp32
+checkpoint. Both children fix glibc's mmap threshold (:func:`mobiedit.rss.return_freed_memory`).
 
 Shapes are data (HF config kwargs per name); the tokenizer is one trained on the bundled prompts.
 """
@@ -73,7 +74,10 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     from .session import prepare, run_method
     from .zo import ZOConfig
 
+    from .rss import return_freed_memory
+
     _quiet_libraries()
+    malloc_tuned = return_freed_memory()  # both methods' children alike
     req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
     base = _rss_mb()  # the interpreter + torch + transformers, before any weight
     lm = load_model(folder)
@@ -91,7 +95,7 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     peak = _rss_mb()
     Path(out).write_text(json.dumps(res.summary() | {
         "wall_per_step_s": wall / steps, "peak_rss_mb": peak, "runtime_rss_mb": base, "after_load_rss_mb": loaded,
-        "peak_minus_runtime_mb": peak - base, "layer": dataclasses.asdict(cfg)["layer"]}))
+        "peak_minus_runtime_mb": peak - base, "malloc_mmap_threshold_1mib": malloc_tuned, "layer": dataclasses.asdict(cfg)["layer"]}))
 
 
 def _build_child(shape: str, folder: str) -> None:
@@ -112,7 +116,7 @@ def _quantize_child(folder: str, layer: int, out: str) -> None:
     from .forward.quant import QuantConfig, save_quantized
 
     _quiet_libraries()
-    save_quantized(folder, out, layer, QuantConfig("w8a16"))
+    save_quantized(folder, out, layer, QuantConfig("w8a16", head_dtype="bfloat16"))
 
 
 def _spawn(target, args: tuple, what: str) -> None:

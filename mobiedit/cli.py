@@ -206,8 +206,9 @@ def cmd_quantize(args) -> int:
 
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
-    out = save_quantized(model_dir, args.out, layer, QuantConfig(args.scheme))
-    print(f"wrote {out} ({args.scheme}; float islands: the layer-{layer} MLP output and the LM head)")
+    out = save_quantized(model_dir, args.out, layer, QuantConfig(args.scheme, head_dtype=args.head_dtype))
+    print(f"wrote {out} ({args.scheme}; float islands: the layer-{layer} MLP output and the LM head, "
+          f"head stored as {args.head_dtype})")
     return 0
 
 
@@ -260,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, help="folder to write (replaced atomically)")
     sp.add_argument("--scheme", default="w8a16", choices=("w8a16", "w8a8"))
     sp.add_argument("--layer", type=int, help="the edit layer whose MLP output stays float")
+    sp.add_argument("--head-dtype", default="bfloat16", choices=("bfloat16", "float32"),
+                    help="storage of the LM head and embedding (computed in fp32 either way); bfloat16 halves "
+                         "a big-vocabulary model's largest matrix")
     sp.set_defaults(fn=cmd_quantize)
 
     from .bench import register as bench_register

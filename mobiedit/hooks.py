@@ -11,6 +11,10 @@ from typing import Callable, Iterator
 import torch
 
 
+class StopForward(Exception):
+    """Raised by a ``stop=True`` :func:`record` hook to end a forward pass early; caught by the block."""
+
+
 class Recorder:
     """Holds what a :func:`record` hook saw on the last forward call."""
 
@@ -20,8 +24,12 @@ class Recorder:
 
 @contextlib.contextmanager
 def record(module: torch.nn.Module, *, inputs: bool = True, outputs: bool = True,
-           detach: bool = True) -> Iterator[Recorder]:
-    """Record the first positional input and the output of ``module`` on each forward."""
+           detach: bool = True, stop: bool = False) -> Iterator[Recorder]:
+    """Record the first positional input and the output of ``module`` on each forward.
+
+    ``stop=True`` ends the forward pass right after ``module`` (ROME's ``nethook.Trace(stop=True)``):
+    nothing downstream runs — no later layer, no logits — and the block exits normally.
+    """
     rec = Recorder()
 
     def hook(_mod, args, out):
@@ -30,10 +38,15 @@ def record(module: torch.nn.Module, *, inputs: bool = True, outputs: bool = True
         if outputs:
             o = out[0] if isinstance(out, tuple) else out
             rec.output = o.detach() if detach else o
+        if stop:
+            raise StopForward
 
     handle = module.register_forward_hook(hook)
     try:
         yield rec
+    except StopForward:
+        if not stop:
+            raise
     finally:
         handle.remove()
 

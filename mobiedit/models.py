@@ -97,9 +97,13 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     cfg = read_config(path)
     family = family_for(str(cfg.get("model_type", "")))
     _check_safe_weights(path)
+    from .forward.quant import lower_loaded, read_sidecar
+
+    side = read_sidecar(path)  # a `mobiedit quantize` folder with a bf16-stored head: load it narrow
+    narrow = side is not None and side["head_dtype"] != "float32"
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+            path, dtype=torch.bfloat16 if narrow else dtype, local_files_only=True, use_safetensors=True, trust_remote_code=False,
             output_loading_info=True)
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - any library failure on these files means "cannot load"
@@ -111,6 +115,8 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
             raise ModelLoadError(f"weights do not match config.json: {len(keys)} {kind.replace('_', ' ')} "
                                  f"(e.g. {keys[:3]})", where=str(path),
                                  fix="use the config.json that belongs to these weights (incomplete or mixed checkpoint?)")
+    if narrow:  # never upcast the 0.5 GB head just to narrow it again
+        model = lower_loaded(model, family, path, side)
     for name, param in model.named_parameters():
         if not _all_finite(param):
             raise ModelLoadError(f"parameter {name!r} contains NaN/Inf", where=str(path),

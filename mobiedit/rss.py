@@ -19,3 +19,24 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def return_freed_memory() -> bool:
+    """Make glibc hand every freed block of ≥ 1 MiB back to the OS (``mallopt(M_MMAP_THRESHOLD)``).
+
+    glibc raises its mmap threshold each time a large block is freed, after which blocks of that
+    size come from the heap and stay resident once freed — peak RSS then counts dead tensors.
+    A fixed threshold keeps large tensors in their own mappings. Benchmarks call this in every
+    measured child alike. Returns False where it does not apply (not glibc).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        return bool(libc.mallopt(-3, 1 << 20))  # M_MMAP_THRESHOLD = -3
+    except (OSError, AttributeError):
+        return False

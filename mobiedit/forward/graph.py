@@ -37,17 +37,23 @@ class _PrefixKV:
 def _readout_loss(logits: torch.Tensor, st_row: torch.Tensor, label: torch.Tensor, n_rewrite: int,
                   target_len: int, kl_ref: torch.Tensor, wd_term: torch.Tensor, cfg: ObjectiveConfig
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss and per-prompt correctness from read-out logits [K, R, V]."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    is_t = label >= 0
-    lp_t = logp[:, is_t].gather(-1, label[is_t].view(1, -1, 1).expand(logp.shape[0], -1, 1)).squeeze(-1)
-    rows_t = st_row[is_t]
+    """Loss and per-prompt correctness from read-out logits [K, R, V].
+
+    Log-probs as ``logit − logsumexp``, read only where needed (the target tokens, the KL rows):
+    no [K, R, V] log-softmax copy beside the logits — the largest transient of a big vocabulary.
+    """
+    logits = logits.float()
     K = logits.shape[0]
-    nll = torch.zeros(K, n_rewrite, dtype=logp.dtype, device=logp.device).index_add_(1, rows_t, -lp_t)
+    lse = torch.logsumexp(logits, dim=-1)  # [K, R]
+    is_t = label >= 0
+    idx = label.clamp(min=0).view(1, -1, 1).expand(K, -1, 1)
+    lp_t = (logits.gather(-1, idx).squeeze(-1) - lse)[:, is_t]
+    rows_t = st_row[is_t]
+    nll = torch.zeros(K, n_rewrite, dtype=lp_t.dtype, device=lp_t.device).index_add_(1, rows_t, -lp_t)
     nll = (nll / target_len).mean(-1)
-    hit = (logits[:, is_t].argmax(-1) == label[is_t]).to(logp.dtype)
-    correct = torch.zeros(K, n_rewrite, dtype=logp.dtype, device=logp.device).index_add_(1, rows_t, hit) / target_len
-    new = logp[:, ~is_t]
+    hit = (logits.argmax(-1)[:, is_t] == label[is_t]).to(lp_t.dtype)
+    correct = torch.zeros(K, n_rewrite, dtype=lp_t.dtype, device=lp_t.device).index_add_(1, rows_t, hit) / target_len
+    new = logits[:, ~is_t] - lse[:, ~is_t].unsqueeze(-1)
     kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
     return nll + cfg.kl_factor * kl + wd_term, correct
 
@@ -59,7 +65,7 @@ class PrefixGraph(torch.nn.Module):
     """
 
     def __init__(self, model, family: Family, state: PrefixState, cfg: ObjectiveConfig,
-                 max_logit_elems: int = 1 << 24) -> None:
+                 max_logit_elems: int = 1 << 22, max_act_elems: int = 1 << 21) -> None:
         super().__init__()
         self.max_logit_elems = max_logit_elems
         L = n_layers(model, family)
@@ -70,9 +76,17 @@ class PrefixGraph(torch.nn.Module):
         self.state = state
         self.cfg = cfg
         self.v_init_norm = float(state.v_init.norm())
+        B, S, _ = state.shape
+        # deltas per pass through the blocks, so that the widest activation (the MLP's hidden
+        # layer, [k·B·S, d_ff]) stays within max_act_elems: same arithmetic, bounded transients
+        self.k_chunk = max(1, max_act_elems // (B * S * _widest(self.blocks, state.h_suffix.shape[-1])))
 
     @torch.inference_mode()
     def forward(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [self._chunk(deltas[i:i + self.k_chunk]) for i in range(0, deltas.shape[0], self.k_chunk)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def _chunk(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         st = self.state
         K = deltas.shape[0]
         B, S, P = st.shape
@@ -96,6 +110,12 @@ class PrefixGraph(torch.nn.Module):
         parts = [_readout_loss(self.head(h[i:i + chunk]), st.readout_row, st.readout_label, st.n_rewrite,
                                st.target_len, st.kl_ref, wd[i:i + chunk], self.cfg) for i in range(0, K, chunk)]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def _widest(blocks: torch.nn.ModuleList, d: int) -> int:
+    """The widest output of any linear layer in ``blocks`` (the MLP's hidden size), at least ``d``."""
+    widths = [m.weight.shape[0] for b in blocks for m in b.modules() if isinstance(m, torch.nn.Linear)]
+    return max([d, *widths])
 
 
 class FullGraph(torch.nn.Module):

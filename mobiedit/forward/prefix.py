@@ -93,7 +93,7 @@ def readouts(inputs: EditInputs, s: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) -> PrefixState:
     """One unedited forward → the :class:`PrefixState` of this edit at ``layer``."""
-    from ..rome.objective import kl_logprobs
+    from ..rome.objective import kl_keep, kl_logprobs_kept
 
     dev = next(model.parameters()).device
     b = inputs.batch.to(dev)
@@ -102,7 +102,8 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) 
 
     with torch.no_grad(), record(get_module(model, family.layer, layer), inputs=False) as hl, \
             record(get_module(model, family.mlp_out, layer), inputs=False) as hm:
-        out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=True)
+        out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=True,
+                    logits_to_keep=kl_keep(inputs).to(dev))  # logits at the KL read-outs only
     B = b.input_ids.shape[0]
     j = torch.arange(S)
     pos = (s.view(B, 1) + j.view(1, S)).clamp(max=b.input_ids.shape[1] - 1).to(dev)
@@ -120,5 +121,5 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) 
     return PrefixState(layer=layer, h_suffix=h_suffix, prefix_k=pk, prefix_v=pv,
                        mask=build_mask(s, last, S, P).to(dev), cos=cos, sin=sin,
                        readout_row=rr.to(dev), readout_pos=rp.to(dev), readout_label=rl.to(dev),
-                       kl_ref=kl_logprobs(out.logits, inputs).detach(), n_rewrite=inputs.n_rewrite,
+                       kl_ref=kl_logprobs_kept(out.logits, inputs).detach(), n_rewrite=inputs.n_rewrite,
                        target_len=inputs.target_len, v_init=v_init)

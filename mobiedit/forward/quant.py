@@ -6,13 +6,16 @@ Schemes:
     16-bit-or-wider float (fp32 on this CPU), so the perturbation signal is never rounded away.
   * ``w8a8``  — int8 per-channel weights and int8 per-token dynamic activations
     (``Int8DynamicActivationInt8WeightConfig``).
-The edited ``mlp_out`` of the edit layer and ``lm_head`` always stay float (the delta path).
+The edited ``mlp_out`` of the edit layer and ``lm_head`` always stay float (the delta path);
+``head_dtype`` "bfloat16" stores the head (and embedding) in bf16 but computes it in fp32
+(:mod:`mobiedit.forward.head`) — half the memory of a big-vocabulary model's largest matrix.
 Judge a scheme by :func:`centered_correlation` of its losses with the float graph's across K
 perturbations, not by max error alone.
 """
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from dataclasses import dataclass
 
@@ -20,6 +23,7 @@ import torch
 
 from ..errors import ConfigError
 from ..families import Family
+from .head import HEAD_DTYPES, head_dtype_of, head_param_names, lower_head
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +35,12 @@ class QuantConfig:
     """Which quantization the loop's forwards run with."""
 
     scheme: str = "w8a16"
+    head_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ConfigError(f"unknown scheme {self.scheme!r}", where="quant.scheme", fix=f"use one of {SCHEMES}")
+        head_dtype_of(self.head_dtype, "quant.head_dtype")
 
 
 def float_islands(model: torch.nn.Module, family: Family, layer: int) -> set[str]:
@@ -44,9 +50,10 @@ def float_islands(model: torch.nn.Module, family: Family, layer: int) -> set[str
 
 def quantized_copy(model: torch.nn.Module, family: Family, layer: int, cfg: QuantConfig) -> torch.nn.Module:
     """A quantized deep copy of ``model`` (``model`` itself for ``none``); ``model`` is untouched."""
-    if cfg.scheme == "none":
+    if cfg.scheme == "none" and cfg.head_dtype == "float32":
         return model
-    return quantize_inplace(copy.deepcopy(model), family, layer, cfg)
+    q = quantize_inplace(copy.deepcopy(model), family, layer, cfg)
+    return lower_head(q, family, head_dtype_of(cfg.head_dtype, "quant.head_dtype"))
 
 
 def quantize_inplace(q: torch.nn.Module, family: Family, layer: int, cfg: QuantConfig) -> torch.nn.Module:
@@ -96,13 +103,18 @@ def check_prequantized(model: torch.nn.Module, family: Family, layer: int) -> No
                           fix="edit the layer the checkpoint was quantized for, or re-run `mobiedit quantize --layer N`")
 
 
+SIDECAR = "mobiedit-quant.json"  # what `mobiedit quantize` did; the loader needs head_dtype before loading
+
+
 def save_quantized(model_dir, out, layer: int, cfg: QuantConfig):
     """Write a pre-quantized Hugging Face checkpoint of ``model_dir`` to ``out`` (atomically).
 
     transformers' ``TorchAoConfig`` quantizes each linear weight as it loads (int8 per-channel;
     ``w8a8`` also records dynamic int8 activations) except the float islands of ``layer``; the
     folder loads with plain ``from_pretrained`` and never holds float copies of the quantized
-    layers — the memory picture of a phone that ships the quantized model.
+    layers — the memory picture of a phone that ships the quantized model. With ``head_dtype``
+    bfloat16 the head and embedding are stored in bf16 and ``SIDECAR`` says so, which
+    :func:`mobiedit.models.load_model` reads to load them without an fp32 upcast.
     """
     import shutil
     from pathlib import Path
@@ -111,11 +123,12 @@ def save_quantized(model_dir, out, layer: int, cfg: QuantConfig):
     from transformers import AutoModelForCausalLM, AutoTokenizer, TorchAoConfig
 
     from ..atomic import atomic_dir
-    from ..families import family_for
+    from ..families import family_for, get_module
     from ..models import read_config
 
     if cfg.scheme == "none":
         raise ConfigError("scheme 'none' writes no quantized checkpoint", where="--scheme", fix="use w8a16 or w8a8")
+    dtype = head_dtype_of(cfg.head_dtype, "--head-dtype")
     src = Path(model_dir)
     family = family_for(str(read_config(src).get("model_type", "")))
     islands = [family.mlp_out.format(layer), family.lm_head]
@@ -123,12 +136,65 @@ def save_quantized(model_dir, out, layer: int, cfg: QuantConfig):
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, local_files_only=True, use_safetensors=True,
                                                  quantization_config=TorchAoConfig(quant_type=tcfg,
                                                                                    modules_to_not_convert=islands))
+    with torch.no_grad():  # narrow the stored head/embedding in place (a tied pair stays one tensor)
+        for name in (family.lm_head, family.embed):
+            w = get_module(model, name).weight
+            w.data = w.data.to(dtype)
     tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
+        (Path(tmp) / SIDECAR).write_text(json.dumps({"format": 1, "scheme": cfg.scheme, "layer": layer,
+                                                     "head_dtype": cfg.head_dtype}))
         for extra in ("factlm.json",):
             if (src / extra).is_file():
                 shutil.copy2(src / extra, Path(tmp) / extra)
-    log.info("wrote %s (%s, float: %s)", out, cfg.scheme, islands)
+    log.info("wrote %s (%s, float: %s, head %s)", out, cfg.scheme, islands, cfg.head_dtype)
     return Path(out)
+
+
+def read_sidecar(folder) -> dict | None:
+    """The :data:`SIDECAR` of a pre-quantized folder, validated; None if the folder has none."""
+    from pathlib import Path
+
+    from ..errors import ModelLoadError
+
+    p = Path(folder) / SIDECAR
+    if not p.is_file():
+        return None
+    try:
+        meta = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ModelLoadError(f"{SIDECAR} is not readable JSON ({type(e).__name__})", where=str(p),
+                             fix="re-run `mobiedit quantize`") from None
+    if not isinstance(meta, dict) or meta.get("head_dtype") not in HEAD_DTYPES:
+        raise ModelLoadError(f"{SIDECAR} needs head_dtype in {sorted(HEAD_DTYPES)}", where=str(p),
+                             fix="re-run `mobiedit quantize`")
+    return meta
+
+
+def restore_float_params(model: torch.nn.Module, folder, skip: set[str]) -> int:
+    """Reload, exactly as stored, every plain float parameter not in ``skip`` from the folder's
+    safetensors (after a bf16 ``from_pretrained`` rounded them); returns how many were restored."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    want = {n: p for n, p in model.named_parameters()
+            if type(p.data) is torch.Tensor and p.is_floating_point() and n not in skip}
+    done = 0
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for key in st.keys():
+                if key in want:
+                    want[key].data = st.get_tensor(key)
+                    done += 1
+    return done
+
+
+def lower_loaded(model: torch.nn.Module, family: Family, folder, meta: dict) -> torch.nn.Module:
+    """Finish loading a bf16-loaded pre-quantized model: fp32 islands back, head as ChunkedHead."""
+    skip = head_param_names(model, family)
+    n = restore_float_params(model, folder, skip)
+    log.info("restored %d fp32 parameters; head stored as %s", n, meta["head_dtype"])
+    return lower_head(model, family, head_dtype_of(meta["head_dtype"], SIDECAR))

@@ -14,7 +14,7 @@ def keys_at_subject(model, family: Family, layer: int, tok, prompts: list[str], 
     b = make_batch(tok, prompts, None, subject=subject)
     mod = get_module(model, family.mlp_out, layer)
     dev = next(model.parameters()).device
-    with torch.no_grad(), record(mod) as rec:
+    with torch.no_grad(), record(mod, stop=True) as rec:  # layers above l are not needed
         model(input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev))
     rows = torch.arange(len(prompts))
     idx = b.subject_idx.to(dev)

@@ -23,7 +23,7 @@ def generate_context_templates(model, tok, cfg: ContextConfig, generator: torch.
             ids = torch.tensor([tok(seed)["input_ids"]], device=device)
             with torch.no_grad():
                 for _ in range(length):
-                    logits = model(input_ids=ids).logits[0, -1].float()
+                    logits = model(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
                     top = torch.topk(logits, 5)
                     probs = torch.softmax(top.values, -1).cpu()
                     j = torch.multinomial(probs, 1, generator=generator).item()

@@ -23,6 +23,21 @@ def kl_logprobs(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
     return torch.log_softmax(logits[..., rows, last, :].float(), dim=-1)
 
 
+def kl_keep(inputs: EditInputs) -> torch.Tensor:
+    """The sorted distinct positions of the KL read-outs: pass as ``logits_to_keep`` so that a
+    reference forward computes logits [B, n_keep, V] there only, not [B, T, V]."""
+    return torch.unique(inputs.batch.last_idx[inputs.n_rewrite:])
+
+
+def kl_logprobs_kept(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
+    """:func:`kl_logprobs` for logits computed with ``logits_to_keep=kl_keep(inputs)``."""
+    b = inputs.batch
+    keep = kl_keep(inputs).to(logits.device)
+    rows = torch.arange(inputs.n_rewrite, b.input_ids.shape[0], device=logits.device)
+    col = torch.searchsorted(keep, b.last_idx[inputs.n_rewrite:].to(logits.device))
+    return torch.log_softmax(logits[..., rows, col, :].float(), dim=-1)
+
+
 def nll_per_prompt(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
     """Mean-per-token target NLL of each rewrite row: [..., n_rewrite]."""
     n = inputs.n_rewrite

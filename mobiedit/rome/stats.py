@@ -49,7 +49,7 @@ def second_moment(model, family: Family, layer: int, tok, texts: list[str], batc
     acc, n = None, 0
     for i in tqdm(range(0, len(texts), batch_size), desc=f"key stats L{layer}", disable=not progress):
         enc = tok(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True, max_length=256)
-        with torch.no_grad(), record(mod, outputs=False) as rec:
+        with torch.no_grad(), record(mod, outputs=False, stop=True) as rec:
             model(input_ids=enc["input_ids"].to(dev), attention_mask=enc["attention_mask"].to(dev))
         k = rec.input[enc["attention_mask"].to(dev).bool()].double()
         acc = k.T @ k if acc is None else acc + k.T @ k
