@@ -72,9 +72,8 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     from .requests import bundled_path, load_requests
     from .rome.config import ROMEConfig
     from .session import prepare, run_method
-    from .zo import ZOConfig
-
     from .rss import return_freed_memory
+    from .zo import ZOConfig
 
     _quiet_libraries()
     malloc_tuned = return_freed_memory()  # both methods' children alike

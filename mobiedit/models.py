@@ -103,8 +103,8 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     narrow = side is not None and side["head_dtype"] != "float32"
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch.bfloat16 if narrow else dtype, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-            output_loading_info=True)
+            path, dtype=torch.bfloat16 if narrow else dtype, local_files_only=True, use_safetensors=True,
+            trust_remote_code=False, output_loading_info=True)
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - any library failure on these files means "cannot load"
         raise ModelLoadError(f"cannot load ({type(e).__name__}: {_one_line(e)})", where=str(path),

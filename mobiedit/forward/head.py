@@ -94,6 +94,6 @@ def lower_head(model: torch.nn.Module, family: Family, dtype: torch.dtype) -> to
     return model
 
 
-def head_param_names(model: torch.nn.Module, family: Family) -> set[str]:
+def head_param_names(family: Family) -> set[str]:
     """State-dict names of the head and embedding weights (the tensors :func:`lower_head` narrows)."""
     return {f"{family.lm_head}.weight", f"{family.embed}.weight"}

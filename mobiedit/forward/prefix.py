@@ -93,7 +93,7 @@ def readouts(inputs: EditInputs, s: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) -> PrefixState:
     """One unedited forward → the :class:`PrefixState` of this edit at ``layer``."""
-    from ..rome.objective import kl_keep, kl_logprobs_kept
+    from ..rome.objective import kl_keep, kl_logprobs
 
     dev = next(model.parameters()).device
     b = inputs.batch.to(dev)
@@ -121,5 +121,5 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) 
     return PrefixState(layer=layer, h_suffix=h_suffix, prefix_k=pk, prefix_v=pv,
                        mask=build_mask(s, last, S, P).to(dev), cos=cos, sin=sin,
                        readout_row=rr.to(dev), readout_pos=rp.to(dev), readout_label=rl.to(dev),
-                       kl_ref=kl_logprobs_kept(out.logits, inputs).detach(), n_rewrite=inputs.n_rewrite,
+                       kl_ref=kl_logprobs(out.logits, inputs, kept=True).detach(), n_rewrite=inputs.n_rewrite,
                        target_len=inputs.target_len, v_init=v_init)

@@ -10,7 +10,7 @@ from ..families import Family, get_module
 from ..hooks import add_at_positions, record, rewrite_output
 from .config import ROMEConfig
 from .context import EditInputs
-from .objective import edit_holds, kl_keep, kl_logprobs_kept, rows_correct, value_loss
+from .objective import edit_holds, kl_keep, kl_logprobs, rows_correct, value_loss
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def init_value_and_kl(model, family: Family, layer: int, inputs: EditInputs) -> 
         logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask,
                        logits_to_keep=kl_keep(inputs).to(b.input_ids.device)).logits
     v_init = rec.output[0, b.subject_idx[0]].float().clone()
-    return v_init, kl_logprobs_kept(logits, inputs).detach()
+    return v_init, kl_logprobs(logits, inputs, kept=True).detach()
 
 
 def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig) -> ValueResult:

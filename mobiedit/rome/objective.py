@@ -15,27 +15,21 @@ from .config import ObjectiveConfig
 from .context import EditInputs
 
 
-def kl_logprobs(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
-    """Log-probs at the last token of each KL row: [..., n_kl, V]."""
-    b = inputs.batch
-    rows = torch.arange(inputs.n_rewrite, b.input_ids.shape[0], device=logits.device)
-    last = b.last_idx[inputs.n_rewrite:].to(logits.device)
-    return torch.log_softmax(logits[..., rows, last, :].float(), dim=-1)
-
-
 def kl_keep(inputs: EditInputs) -> torch.Tensor:
     """The sorted distinct positions of the KL read-outs: pass as ``logits_to_keep`` so that a
     reference forward computes logits [B, n_keep, V] there only, not [B, T, V]."""
     return torch.unique(inputs.batch.last_idx[inputs.n_rewrite:])
 
 
-def kl_logprobs_kept(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
-    """:func:`kl_logprobs` for logits computed with ``logits_to_keep=kl_keep(inputs)``."""
+def kl_logprobs(logits: torch.Tensor, inputs: EditInputs, kept: bool = False) -> torch.Tensor:
+    """Log-probs at the last token of each KL row: [..., n_kl, V]. ``kept``: the logits were
+    computed with ``logits_to_keep=kl_keep(inputs)`` (positions indexed within the kept ones)."""
     b = inputs.batch
-    keep = kl_keep(inputs).to(logits.device)
     rows = torch.arange(inputs.n_rewrite, b.input_ids.shape[0], device=logits.device)
-    col = torch.searchsorted(keep, b.last_idx[inputs.n_rewrite:].to(logits.device))
-    return torch.log_softmax(logits[..., rows, col, :].float(), dim=-1)
+    last = b.last_idx[inputs.n_rewrite:].to(logits.device)
+    if kept:
+        last = torch.searchsorted(kl_keep(inputs).to(logits.device), last)
+    return torch.log_softmax(logits[..., rows, last, :].float(), dim=-1)
 
 
 def nll_per_prompt(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
