@@ -35,11 +35,13 @@ def make_random_model(path: Path, config: dict | None = None, seed: int = 0) -> 
 
     recs = json.loads(bundled_path("counterfact-edit-1k.json").read_text())
     tok = train_tokenizer([r["prompt"] + " " + r["ground_truth"] for r in recs], 2048)
-    torch.manual_seed(seed)  # noqa: HF init draws from the global generator; benchmark only
     cfg = Qwen2Config(**(config or QWEN2_05B), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id, max_position_embeddings=4096)
+    with torch.random.fork_rng(devices=[]):  # HF init draws from the global generator: scoped here
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(cfg)
     with atomic_dir(path) as tmp:
-        Qwen2ForCausalLM(cfg).save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
     return path
 

@@ -68,19 +68,24 @@ def _created_by() -> str:
         return "mobiedit"
 
 
-def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | None = None) -> Path:
+def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | None = None,
+                  fit_requests: list | None = None) -> Path:
     """Export ``model_dir`` (a local HF folder) to the bundle folder ``out`` (replaced atomically).
 
     Stages: prepare → quantize → capture + lint → lower → check (quantized edit programs:
     correlation of their losses with the float graph's, recorded in ``manifest.checks``) → save.
-    Returns ``out``.
+    ``fit_requests``: edit requests the edit programs must take; ``cfg.edit_shapes`` grows to the
+    largest of them (with the bundle's own context templates). Returns ``out``.
     """
     from .calibration import calibration_feeds, edit_correlation, sample_edits
-    from .pipeline import (ROLES, build_modules, capture, lower_programs, prepare, program_models)
+    from .pipeline import (ROLES, build_modules, capture, fit_edit_shapes, lower_programs, prepare,
+                           program_models)
 
     cfg = cfg or ExportConfig()
     t0 = time.perf_counter()
     prep = prepare(model_dir, cfg)
+    if fit_requests:
+        cfg = fit_edit_shapes(prep, cfg, fit_requests)
     modules = build_modules(prep, program_models(prep, cfg), cfg)
     edit_q = cfg.quant.resolved_edit_scheme != "fp32"
     need_float = edit_q or cfg.quant.scheme == "qdq_a16w8"

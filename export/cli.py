@@ -29,6 +29,9 @@ def register(subparsers) -> None:
     sp.add_argument("--slots", type=int, default=8)
     for name, default in (("k", 17), ("rows", 22), ("suffix", 16), ("prefix", 32), ("targets", 128), ("kl", 1)):
         sp.add_argument(f"--edit-{name}", type=int, default=default)
+    sp.add_argument("--fit-requests", metavar="FILE",
+                    help="request file (JSON) whose edits the edit programs must take: grows the --edit-* shapes")
+    sp.add_argument("--fit-n", type=int, default=0, help="use the first N requests of --fit-requests (0 = all)")
     sp.add_argument("--quantize-lm-head", action="store_true", help="quantize the inference LM head too")
     sp.add_argument("--quantize-embedding", action="store_true", help="int8 token embedding")
     sp.add_argument("--no-mom2", action="store_true", help="ship C^-1 = I (no key statistics)")
@@ -75,7 +78,12 @@ def cmd_export(args) -> int:
 
     torch.set_num_threads(1)
     cfg = config_from_args(args)
-    out = export_bundle(resolve_model(args), args.out, cfg)
+    fit = None
+    if args.fit_requests:
+        from mobiedit.requests import load_requests
+
+        fit = load_requests(args.fit_requests)[: args.fit_n or None]
+    out = export_bundle(resolve_model(args), args.out, cfg, fit_requests=fit)
     m = load_bundle(out).manifest
     size = sum(f["bytes"] for f in m["files"].values())
     print(f"wrote {out} ({m['runtime']}, {m['quantization']} / edit {m['edit_quantization']}, {size / 1e6:.1f} MB)")

@@ -87,7 +87,8 @@ def default_zo(K: int) -> ZOConfig:
     return dataclasses.replace(base, n_dirs=max(1, K - 1) if base.estimator == "fzoo" else base.n_dirs)
 
 
-def _shapes(m: dict) -> EditShapes:
+def edit_shapes_of(m: dict) -> EditShapes:
+    """The :class:`EditShapes` a bundle's programs were exported for (from its manifest)."""
     s = m["shapes"]
     return EditShapes(K=s["edit_K"], rows=s["edit_rows"], suffix=s["edit_suffix"], prefix=s["edit_prefix"],
                       targets=s["edit_targets"], kl=s["edit_kl"])
@@ -146,7 +147,7 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     m = b.manifest
     objective = ObjectiveConfig(**m["edit"]["objective"])
     inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
-    packed = pack_edit(inputs, _shapes(m), objective)
+    packed = pack_edit(inputs, edit_shapes_of(m), objective)
     slot_u, slot_w = b.slots(journal)
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": slot_u, "slot_w": slot_w})
     graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed.n_rewrite)

@@ -11,6 +11,7 @@ are masked.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +53,31 @@ def _fit(name: str, need: int, have: int, field: str) -> None:
                           fix="shorten the prompt/target or re-export with larger edit shapes")
 
 
+#: EditShapes field → (what the message calls it); ``tokens`` is prefix + suffix, checked on its own
+_NEEDS = {"rows": "rows", "suffix": "suffix", "prefix": "prefix", "tokens": "tokens", "targets": "targets",
+          "kl": "KL read-outs"}
+
+
+def edit_needs(inputs: EditInputs) -> dict[str, int]:
+    """The smallest :class:`EditShapes` sizes this edit fits in, by field name (``tokens`` too)."""
+    B, T = inputs.batch.input_ids.shape
+    s, _, S, P = suffix_geometry(inputs)
+    rl = readouts(inputs, s)[2]
+    return {"rows": B, "suffix": S, "prefix": P, "tokens": T, "targets": int((rl >= 0).sum()),
+            "kl": B - inputs.n_rewrite}
+
+
+def fit_shapes(shapes: EditShapes, needs: list[dict[str, int]]) -> EditShapes:
+    """``shapes`` grown (never shrunk) so that every edit of ``needs`` fits; prefix absorbs a
+    ``tokens`` need that prefix + suffix would not cover."""
+    if not needs:
+        return shapes
+    top = {k: max(n[k] for n in needs) for k in _NEEDS}
+    grown = {k: max(getattr(shapes, k), top[k]) for k in ("rows", "suffix", "prefix", "targets", "kl")}
+    grown["prefix"] = max(grown["prefix"], top["tokens"] - grown["suffix"])
+    return dataclasses.replace(shapes, **grown)
+
+
 def pack_edit(inputs: EditInputs, shapes: EditShapes, objective: ObjectiveConfig) -> PackedEdit:
     """Pad one edit's prompt batch to ``shapes``. Raises BundleError when it does not fit."""
     b = inputs.batch
@@ -60,11 +86,8 @@ def pack_edit(inputs: EditInputs, shapes: EditShapes, objective: ObjectiveConfig
     rr, rp, rl = readouts(inputs, s)
     is_t = rl >= 0
     n_kl = B - inputs.n_rewrite
-    for name, need, have, field in (("rows", B, shapes.rows, "edit_rows"), ("suffix", S, shapes.suffix, "edit_suffix"),
-                                    ("prefix", P, shapes.prefix, "edit_prefix"), ("tokens", T, shapes.tokens, "edit_tokens"),
-                                    ("targets", int(is_t.sum()), shapes.targets, "edit_targets"),
-                                    ("KL read-outs", n_kl, shapes.kl, "edit_kl")):
-        _fit(name, need, have, field)
+    for field, need in edit_needs(inputs).items():
+        _fit(_NEEDS[field], need, getattr(shapes, field), f"edit_{field}")
     Bp, Sp, Pp, N = shapes.rows, shapes.suffix, shapes.prefix, shapes.tokens
     ids = torch.zeros(Bp, N, dtype=I64)
     ids[:B, :T] = b.input_ids

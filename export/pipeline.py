@@ -13,6 +13,7 @@ single stages (e.g. only the ``edit`` program). Every stage is a plain function 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import tempfile
@@ -104,6 +105,21 @@ def prepare(model_dir: str | Path, cfg: ExportConfig) -> Prepared:
     base = get_module(lm.model, lm.family.mlp_out, layer).weight.detach().clone()
     return Prepared(lm=lm, layer=layer, dims=dims, templates=templates, c_inv=key_inverse(lm, layer, cfg),
                     base_weight=base)
+
+
+def fit_edit_shapes(prep: Prepared, cfg: ExportConfig, requests: list) -> ExportConfig:
+    """``cfg`` with its edit shapes grown so that every request's prompt batch (built with the
+    bundle's context templates and objective) fits the edit programs."""
+    from mobiedit.rome.context import build_edit_inputs
+
+    from .packing import edit_needs, fit_shapes
+
+    needs = [edit_needs(build_edit_inputs(prep.lm.tokenizer, r, prep.templates, cfg.edit.objective)) for r in requests]
+    shapes = fit_shapes(cfg.edit_shapes, needs)
+    check_positions(prep.dims, shapes.tokens, "ExportConfig.edit_shapes (fitted to the requests)")
+    if shapes != cfg.edit_shapes:
+        log.warning("edit shapes fitted to %d requests: %s", len(requests), shapes)
+    return dataclasses.replace(cfg, edit_shapes=shapes)
 
 
 def program_models(prep: Prepared, cfg: ExportConfig) -> dict[str, torch.nn.Module]:

@@ -6,8 +6,9 @@ by the same evaluator on the float HF model (edit → score → restore).
 Run: ``python -m mobiedit.export.quality --preset default --n 100 --out runs/export_quality``
 (not a test: one core, hours at 100 requests). Each row appends one JSON line per finished request
 to ``OUT/<row>.jsonl`` and a rerun resumes from there. Bundles are exported with ``mobiedit export``'s default
-settings per runtime (8da8w + delta edit program for ExecuTorch, QDQ a16w8 for ONNX Runtime)
-and kept in ``OUT/bundle-<runtime>`` for reuse.
+settings per runtime (8da8w + delta edit program for ExecuTorch, QDQ a16w8 for ONNX Runtime),
+the edit shapes fitted to the N requests (``--fit-requests``), and kept in ``OUT/bundle-<runtime>``
+for reuse while they still take every request.
 """
 from __future__ import annotations
 
@@ -27,21 +28,39 @@ from mobiedit.errors import MobiEditError
 log = logging.getLogger(__name__)
 
 
-def export_default(model_dir: Path, runtime: str, out: Path) -> Path:
-    """``mobiedit export --runtime RUNTIME`` with its default flags (reused when ``out`` loads)."""
-    from mobiedit.cli import build_parser
+def _fits(bundle_dir: Path, reqs) -> bool:
+    """Whether every request's batch fits the bundle's edit shapes (False: no loadable bundle)."""
+    from mobiedit.rome.config import ObjectiveConfig
+    from mobiedit.rome.context import build_edit_inputs
 
-    from .bundle import export_bundle, load_bundle
-    from .cli import config_from_args
+    from .bundle import load_bundle
+    from .ops import edit_shapes_of
+    from .packing import edit_needs, fit_shapes
 
     try:
-        load_bundle(out)
-        return out
+        b = load_bundle(bundle_dir)
     except MobiEditError:
-        pass
+        return False
+    m = b.manifest
+    objective = ObjectiveConfig(**m["edit"]["objective"])
+    have = edit_shapes_of(m)
+    needs = [edit_needs(build_edit_inputs(b.tokenizer(), r, m["edit"]["templates"], objective)) for r in reqs]
+    return fit_shapes(have, needs) == have
+
+
+def export_default(model_dir: Path, runtime: str, out: Path, reqs) -> Path:
+    """``mobiedit export --runtime RUNTIME`` with its default flags, the edit shapes fitted to
+    ``reqs`` (reused when ``out`` loads and takes every request)."""
+    from mobiedit.cli import build_parser
+
+    from .bundle import export_bundle
+    from .cli import config_from_args
+
+    if _fits(out, reqs):
+        return out
     args = build_parser().parse_args(["export", "--model", str(model_dir), "--out", str(out), "--runtime", runtime])
     t0 = time.perf_counter()
-    export_bundle(model_dir, out, config_from_args(args))
+    export_bundle(model_dir, out, config_from_args(args), fit_requests=reqs)
     log.warning("exported %s bundle in %.0f s", runtime, time.perf_counter() - t0)
     return out
 
@@ -172,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         reqs = load_requests(bundled_path("counterfact-edit-1k.json"))[: args.n]
         rows = [] if args.no_eager else [eager_row(lm, reqs, layer, RowLog(out / "eager-w8a16.jsonl"))]
         for rt in (x for x in args.runtimes.split(",") if x):
-            bundle = export_default(model_dir, rt, out / f"bundle-{rt}")
+            bundle = export_default(model_dir, rt, out / f"bundle-{rt}", reqs)
             rows.append(bundle_row(lm, reqs, bundle, RowLog(out / f"bundle-{rt}.jsonl")))
             print(format_rows(rows[-1:]).splitlines()[-1], flush=True)
     except MobiEditError as e:

@@ -30,6 +30,9 @@ SHAPES: dict[str, tuple[str, dict]] = {
 }
 
 
+BUILD_SEED = 0  # random-init weights of the benchmark model (in the build child only)
+
+
 def build_random(shape: str, folder: Path) -> None:
     """Write a random-init model of ``shape`` with a small BPE tokenizer to ``folder``."""
     import torch
@@ -45,7 +48,11 @@ def build_random(shape: str, folder: Path) -> None:
     tok = train_tokenizer([f"{r['prompt']} {r['ground_truth']}" for r in recs], 1024)
     cfg = AutoConfig.for_model(family, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                                pad_token_id=tok.pad_token_id, **kw)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    # the same weights every run: the context templates a random model generates (and with
+    # them every activation size of both edits) depend on the weights
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(BUILD_SEED)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
 

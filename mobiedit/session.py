@@ -8,6 +8,7 @@ previous edits; a failed edit is reported and not applied unless ``force``. Inde
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -17,6 +18,7 @@ from tqdm import tqdm
 
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
+from .forward.stream import lower_layers_paged_out
 from .journal import Journal, apply_factors
 from .methods.common import EditOutcome, ModelContext, prepare_context
 from .methods.rome import rome_edit
@@ -43,10 +45,14 @@ def stats_texts_for(lm: LoadedModel) -> list[str]:
 
 
 def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = False) -> ModelContext:
-    """Context templates (seeded) and key statistics of the edit layer."""
+    """Context templates (seeded) and key statistics of the edit layer. A config that pages out
+    the lower layers (:mod:`mobiedit.forward.stream`) does so here as well."""
     mom2 = getattr(cfg, "mom2_adjustment", True)
     texts = stats_texts_for(lm) if mom2 else None
-    return prepare_context(lm, [cfg.layer], cfg.context, texts, torch.Generator().manual_seed(seed), progress)
+    paging = lower_layers_paged_out(lm.model, lm.family, cfg.layer) \
+        if getattr(cfg, "page_out_lower", False) and getattr(cfg, "prefix_reuse", False) else nullcontext()
+    with paging:
+        return prepare_context(lm, [cfg.layer], cfg.context, texts, torch.Generator().manual_seed(seed), progress)
 
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,

@@ -289,3 +289,22 @@ def test_cli_run_and_undo(bundles, tmp_path, capsys):
     assert capsys.readouterr().out.strip("\n") == run_bundle(bundles["onnx"], PROMPT, 5)
     args = parser.parse_args(["export", "--model", "m", "--out", "o", "--runtime", "onnxruntime"])
     assert args.quant is None and args.fn.__name__ == "cmd_export"
+
+
+def test_fit_edit_shapes_takes_a_request_the_exported_shapes_refuse(et_quant):
+    """``export_bundle(..., fit_requests=...)`` / ``mobiedit export --fit-requests``: the edit shapes
+    grow to the requests, measured with the bundle's own context templates."""
+    from mobiedit.export.pipeline import fit_edit_shapes
+
+    prep = et_quant[0]
+    cfg, obj = _cfg("executorch", "8da8w"), ObjectiveConfig()
+    long = EditRequest(case_id="t2", prompt="After a long career in the league and many famous games, {} plays",
+                       subject="David Robinson", target_new="baseball", target_true="basketball")
+    inputs = build_edit_inputs(prep.lm.tokenizer, long, prep.templates, obj)
+    with pytest.raises(BundleError, match="edit_prefix"):
+        pack_edit(inputs, cfg.edit_shapes, obj)
+    fitted = fit_edit_shapes(prep, cfg, [REQUEST, long])
+    assert fitted.edit_shapes.prefix > cfg.edit_shapes.prefix and fitted.edit_shapes.K == cfg.edit_shapes.K
+    assert fitted.quant == cfg.quant and fitted.edit == cfg.edit  # only the shapes change
+    pack_edit(inputs, fitted.edit_shapes, obj)
+    assert fit_edit_shapes(prep, fitted, [REQUEST, long]) == fitted

@@ -3,6 +3,7 @@ reproduces compute_prefix_state, the static-cache step modules decode like HF, a
 what an NPU would."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -22,7 +23,7 @@ from mobiedit.export.generate import CacheShape, greedy_tokens
 from mobiedit.export.graphs import EditModule, PrefixModule, StepModule
 from mobiedit.export.lint import LintConfig, lint_exported
 from mobiedit.export.lower import export_graph
-from mobiedit.export.packing import edit_feed, feed_from_state, pack_edit
+from mobiedit.export.packing import edit_feed, edit_needs, feed_from_state, fit_shapes, pack_edit
 from mobiedit.export.runtime import EagerProgram
 
 TEMPLATES = ["{}", "The man said that. {}", "Because of the rain in the city, {}"]
@@ -115,6 +116,25 @@ def test_pack_edit_refuses_what_does_not_fit(tiny_model_dir):
     with pytest.raises(BundleError) as e:
         pack_edit(inputs, EditShapes(K=2, rows=6, suffix=2, prefix=32, targets=40, kl=1), ObjectiveConfig())
     assert "edit_suffix" in str(e.value)
+
+
+def test_fit_shapes_grows_to_the_largest_request_and_then_packs_it(tiny_model_dir):
+    lm = load_model(tiny_model_dir)
+    long = EditRequest(case_id="long", prompt="In the long and winding story told by the old sailor, {} plays",
+                       subject="David Robinson", target_new="baseball game", target_true="basketball")
+    ins = [build_edit_inputs(lm.tokenizer, r, TEMPLATES, ObjectiveConfig()) for r in (_request(), long)]
+    needs = [edit_needs(i) for i in ins]
+    small = EditShapes(K=2, rows=2, suffix=1, prefix=1, targets=1, kl=1)
+    fitted = fit_shapes(small, needs)
+    assert fitted.K == 2  # K is the estimator's, never grown
+    for field in ("rows", "suffix", "prefix", "targets", "kl"):
+        assert getattr(fitted, field) == max(n[field] for n in needs), field
+    assert fitted.tokens >= max(n["tokens"] for n in needs)
+    for i in ins:  # every request now packs; one row less and the longest does not
+        pack_edit(i, fitted, ObjectiveConfig())
+    with pytest.raises(BundleError, match="edit_prefix"):
+        pack_edit(ins[1], dataclasses.replace(fitted, prefix=fitted.prefix - 1), ObjectiveConfig())
+    assert fit_shapes(fitted, needs) == fitted and fit_shapes(SHAPES, []) == SHAPES
 
 
 def _hf_greedy(model, ids: list[int], n: int) -> list[int]:

@@ -34,26 +34,61 @@ class _PrefixKV:
         return torch.cat([self.keys[layer_idx], k], dim=2), torch.cat([self.values[layer_idx], v], dim=2)
 
 
-def _readout_loss(logits: torch.Tensor, st_row: torch.Tensor, label: torch.Tensor, n_rewrite: int,
-                  target_len: int, kl_ref: torch.Tensor, wd_term: torch.Tensor, cfg: ObjectiveConfig
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss and per-prompt correctness from read-out logits [K, R, V].
+def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_elems: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the objective reads from the LM head at the read-outs ``h`` [K, R, d], computed over
+    vocabulary slices so that the [K, R, V] logits never exist (each slice ≤ ``max_elems``
+    values, and its weight rows upcast to fp32 one slice at a time):
 
-    Log-probs as ``logit − logsumexp``, read only where needed (the target tokens, the KL rows):
-    no [K, R, V] log-softmax copy beside the logits — the largest transient of a big vocabulary.
+    ``lse`` [K, R] logsumexp over the vocabulary; ``target`` [K, R] the logit of ``label`` (0 where
+    label < 0); ``argmax`` [K, R] the first maximal token; ``kl`` [K, R_kl, V] the full logits of
+    the KL read-outs (label < 0), the only rows whose whole distribution the loss needs.
     """
-    logits = logits.float()
-    K = logits.shape[0]
-    lse = torch.logsumexp(logits, dim=-1)  # [K, R]
+    W, b = head.weight, getattr(head, "bias", None)
+    K, R, d = h.shape
+    V = W.shape[0]
+    h = h.float()
+    rows = max(1, min(max_elems // (K * R), max_elems // d))
     is_t = label >= 0
-    idx = label.clamp(min=0).view(1, -1, 1).expand(K, -1, 1)
-    lp_t = (logits.gather(-1, idx).squeeze(-1) - lse)[:, is_t]
+    lab = label.clamp(min=0)
+    lses = []
+    best = h.new_full((K, R), -float("inf"))
+    argmax = torch.zeros(K, R, dtype=torch.long)
+    target = h.new_zeros(K, R)
+    kl = h.new_empty(K, int((~is_t).sum()), V)
+    for i in range(0, V, rows):
+        z = torch.nn.functional.linear(h, W[i:i + rows].float(), None if b is None else b[i:i + rows].float())
+        lses.append(torch.logsumexp(z, dim=-1))
+        v, j = z.max(dim=-1)
+        better = v > best  # strict: an earlier slice keeps a tie, as torch.argmax does
+        best, argmax = torch.where(better, v, best), torch.where(better, j + i, argmax)
+        inside = is_t & (lab >= i) & (lab < i + z.shape[-1])
+        if inside.any():
+            idx = (lab[inside] - i).view(1, -1, 1).expand(K, -1, 1)
+            target[:, inside] = z[:, inside].gather(-1, idx).squeeze(-1)
+        kl[..., i:i + z.shape[-1]] = z[:, ~is_t]
+    return torch.logsumexp(torch.stack(lses, dim=-1), dim=-1), target, argmax, kl
+
+
+def _readout_loss(head: torch.nn.Module, h: torch.Tensor, st_row: torch.Tensor, label: torch.Tensor,
+                  n_rewrite: int, target_len: int, kl_ref: torch.Tensor, wd_term: torch.Tensor,
+                  cfg: ObjectiveConfig, max_elems: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss and per-prompt correctness from the read-out hidden states ``h`` [K, R, d].
+
+    Log-probs as ``logit − logsumexp``, read only where needed (the target tokens, the KL rows),
+    from :func:`_readout`'s vocabulary slices: no [K, R, V] logits or log-softmax copy — the
+    largest transients of a big vocabulary.
+    """
+    lse, target, argmax, kl_logits = _readout(head, h, label, max_elems)
+    K = h.shape[0]
+    is_t = label >= 0
+    lp_t = (target - lse)[:, is_t]
     rows_t = st_row[is_t]
     nll = torch.zeros(K, n_rewrite, dtype=lp_t.dtype, device=lp_t.device).index_add_(1, rows_t, -lp_t)
     nll = (nll / target_len).mean(-1)
-    hit = (logits.argmax(-1)[:, is_t] == label[is_t]).to(lp_t.dtype)
+    hit = (argmax[:, is_t] == label[is_t]).to(lp_t.dtype)
     correct = torch.zeros(K, n_rewrite, dtype=lp_t.dtype, device=lp_t.device).index_add_(1, rows_t, hit) / target_len
-    new = logits[:, ~is_t] - lse[:, ~is_t].unsqueeze(-1)
+    new = kl_logits - lse[:, ~is_t].unsqueeze(-1)
     kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
     return nll + cfg.kl_factor * kl + wd_term, correct
 
@@ -65,7 +100,7 @@ class PrefixGraph(torch.nn.Module):
     """
 
     def __init__(self, model, family: Family, state: PrefixState, cfg: ObjectiveConfig,
-                 max_logit_elems: int = 1 << 22, max_act_elems: int = 1 << 21) -> None:
+                 max_logit_elems: int = 1 << 20, max_act_elems: int = 1 << 21) -> None:
         super().__init__()
         self.max_logit_elems = max_logit_elems
         L = n_layers(model, family)
@@ -105,11 +140,9 @@ class PrefixGraph(torch.nn.Module):
         flat = st.readout_row * S + st.readout_pos
         h = self.norm(x.view(K, B * S, d)[:, flat])
         wd = self.cfg.weight_decay * deltas.float().norm(dim=-1) / self.v_init_norm ** 2
-        # LM head in chunks of K so that [chunk, R, V] logits stay within max_logit_elems
-        chunk = max(1, self.max_logit_elems // max(1, h.shape[1] * st.kl_ref.shape[-1]))
-        parts = [_readout_loss(self.head(h[i:i + chunk]), st.readout_row, st.readout_label, st.n_rewrite,
-                               st.target_len, st.kl_ref, wd[i:i + chunk], self.cfg) for i in range(0, K, chunk)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        # the LM head by vocabulary slices of at most max_logit_elems logits
+        return _readout_loss(self.head, h, st.readout_row, st.readout_label, st.n_rewrite, st.target_len,
+                             st.kl_ref, wd, self.cfg, self.max_logit_elems)
 
 
 def _widest(blocks: torch.nn.ModuleList, d: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,7 @@ from ..errors import ConfigError
 from ..forward.graph import FullGraph, PrefixGraph
 from ..forward.prefix import compute_prefix_state
 from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, quantized_copy
+from ..forward.stream import lower_layers_paged_out
 from ..models import LoadedModel
 from ..requests import EditRequest
 from ..rome.config import ContextConfig, ObjectiveConfig
@@ -48,6 +50,9 @@ class MobiEditConfig:
     success_nll: float = 0.5        # ... and the objective minus its decay term (mean target NLL per
                                     # token + KL) at most this: a margin, like ROME's loss-based stop
     backend: str = "native"
+    page_out_lower: bool = True     # forward.stream: with prefix reuse, file-backed weights of
+                                    # layers ≤ l leave the resident set after each use (the loop
+                                    # never runs them)
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4
 
@@ -93,6 +98,15 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
         fwd_model = lm.model
     elif fwd_model is None:
         fwd_model = quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+    paging = lower_layers_paged_out(fwd_model, lm.family, cfg.layer) if cfg.page_out_lower and cfg.prefix_reuse \
+        else nullcontext()  # a full-graph loop runs every layer each step: nothing to page out
+    with paging:
+        return _search(lm, req, cfg, ctx, fwd_model, t0)
+
+
+def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
+            fwd_model: torch.nn.Module, t0: float) -> EditOutcome:
+    """The prefix state, the ZO loop on its graph, and the factors of the found delta."""
     graph, state, inputs = build_graph(fwd_model, lm, req, cfg, ctx)
     d = state.h_suffix.shape[-1]
     scale = float(state.v_init.norm()) / math.sqrt(d)

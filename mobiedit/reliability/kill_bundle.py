@@ -95,7 +95,7 @@ def select_requests(bundle: str, out: str, n: int) -> list[str]:
     from ..atomic import atomic_write_text
     from ..errors import BundleError
     from ..export.bundle import load_bundle
-    from ..export.ops import _shapes
+    from ..export.ops import edit_shapes_of
     from ..export.packing import pack_edit
     from ..requests import bundled_path, load_requests
     from ..rome.config import ObjectiveConfig
@@ -109,7 +109,7 @@ def select_requests(bundle: str, out: str, n: int) -> list[str]:
     kept = []
     for rec, req in zip(records, load_requests(records)):
         try:
-            pack_edit(build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective), _shapes(m), objective)
+            pack_edit(build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective), edit_shapes_of(m), objective)
         except BundleError:
             continue
         kept.append(rec)
