@@ -3,7 +3,9 @@
 It builds (or loads) the cached default fact LM, edits one fact forward-only on the quantized
 graph (MobiEdit) and, side by side, by backprop ROME — each edit in its own child process so peak
 memory is measured honestly — then prints the completions of the prompt, a paraphrase and a
-neighbour before and after, with loss evaluations, wall time and peak RSS of both methods.
+neighbour before and after, with loss evaluations, wall time and peak RSS of both methods. It
+ends on the phone path: the MobiEdit-edited model is exported to a phone bundle (ExecuTorch,
+int8) and the bundle alone — its program, tokenizer.json and manifest, no HF model — answers.
 """
 from __future__ import annotations
 
@@ -111,7 +113,34 @@ def cmd_demo(args) -> int:
               f"{stats['backward_calls']} backward passes, {stats['wall_time']:.2f} s, peak RSS {stats['peak_rss_mb']:.0f} MB")
         for k, p, b, a in zip(kinds, prompts, before, after):
             print(f"  {k:<10} {p!r}\n             before: {b!r}\n             after:  {a!r}")
+        with torch.no_grad():
+            weight.copy_(apply_factors(base, rows["mobiedit"][1]["u"], rows["mobiedit"][1]["w"], lm.family.weight_out_in))
+        phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp))
     return 0
+
+
+def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[str], tmp: Path) -> None:
+    """Save ``lm`` (edited), export it to an ExecuTorch int8 bundle and answer from the bundle alone."""
+    import shutil
+    import time
+
+    from .export import export_bundle, load_bundle, run_bundle
+    from .export.config import EditSetup, ExportConfig, QuantizeConfig
+
+    edited = tmp / "edited"
+    lm.model.save_pretrained(edited, safe_serialization=True)
+    lm.tokenizer.save_pretrained(edited)
+    if (model_dir / "factlm.json").is_file():
+        shutil.copy2(model_dir / "factlm.json", edited / "factlm.json")
+    t0 = time.perf_counter()
+    cfg = ExportConfig(quant=QuantizeConfig(scheme="8da8w"), edit=EditSetup(layer=layer))  # `mobiedit export`'s default
+    bundle = export_bundle(edited, tmp / "bundle", cfg)
+    m = load_bundle(bundle).manifest
+    size = sum(f["bytes"] for f in m["files"].values())
+    print(f"\n== Phone bundle of the MobiEdit-edited model: {m['runtime']} {m['quantization']}, "
+          f"{size / 1e6:.1f} MB, exported in {time.perf_counter() - t0:.0f} s; answers from the bundle alone:")
+    for k, p in zip(kinds, prompts):
+        print(f"  {k:<10} {p!r}\n             bundle: {run_bundle(bundle, p, max_new_tokens=4).strip()!r}")
 
 
 def register(sub) -> None:

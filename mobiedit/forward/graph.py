@@ -53,7 +53,7 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
     lab = label.clamp(min=0)
     lses = []
     best = h.new_full((K, R), -float("inf"))
-    argmax = torch.zeros(K, R, dtype=torch.long)
+    argmax = torch.zeros(K, R, dtype=torch.long, device=h.device)
     target = h.new_zeros(K, R)
     kl = h.new_empty(K, int((~is_t).sum()), V)
     for i in range(0, V, rows):
