@@ -67,6 +67,13 @@ def edit_needs(inputs: EditInputs) -> dict[str, int]:
             "kl": B - inputs.n_rewrite}
 
 
+def requests_needs(tok, requests: list, templates: list[str], objective: ObjectiveConfig) -> list[dict[str, int]]:
+    """:func:`edit_needs` of each request's prompt batch (built with ``templates`` and ``objective``)."""
+    from mobiedit.rome.context import build_edit_inputs
+
+    return [edit_needs(build_edit_inputs(tok, r, templates, objective)) for r in requests]
+
+
 def fit_shapes(shapes: EditShapes, needs: list[dict[str, int]]) -> EditShapes:
     """``shapes`` grown (never shrunk) so that every edit of ``needs`` fits; prefix absorbs a
     ``tokens`` need that prefix + suffix would not cover."""

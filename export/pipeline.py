@@ -110,12 +110,9 @@ def prepare(model_dir: str | Path, cfg: ExportConfig) -> Prepared:
 def fit_edit_shapes(prep: Prepared, cfg: ExportConfig, requests: list) -> ExportConfig:
     """``cfg`` with its edit shapes grown so that every request's prompt batch (built with the
     bundle's context templates and objective) fits the edit programs."""
-    from mobiedit.rome.context import build_edit_inputs
+    from .packing import fit_shapes, requests_needs
 
-    from .packing import edit_needs, fit_shapes
-
-    needs = [edit_needs(build_edit_inputs(prep.lm.tokenizer, r, prep.templates, cfg.edit.objective)) for r in requests]
-    shapes = fit_shapes(cfg.edit_shapes, needs)
+    shapes = fit_shapes(cfg.edit_shapes, requests_needs(prep.lm.tokenizer, requests, prep.templates, cfg.edit.objective))
     check_positions(prep.dims, shapes.tokens, "ExportConfig.edit_shapes (fitted to the requests)")
     if shapes != cfg.edit_shapes:
         log.warning("edit shapes fitted to %d requests: %s", len(requests), shapes)

@@ -31,11 +31,10 @@ log = logging.getLogger(__name__)
 def _fits(bundle_dir: Path, reqs) -> bool:
     """Whether every request's batch fits the bundle's edit shapes (False: no loadable bundle)."""
     from mobiedit.rome.config import ObjectiveConfig
-    from mobiedit.rome.context import build_edit_inputs
 
     from .bundle import load_bundle
     from .ops import edit_shapes_of
-    from .packing import edit_needs, fit_shapes
+    from .packing import fit_shapes, requests_needs
 
     try:
         b = load_bundle(bundle_dir)
@@ -44,8 +43,7 @@ def _fits(bundle_dir: Path, reqs) -> bool:
     m = b.manifest
     objective = ObjectiveConfig(**m["edit"]["objective"])
     have = edit_shapes_of(m)
-    needs = [edit_needs(build_edit_inputs(b.tokenizer(), r, m["edit"]["templates"], objective)) for r in reqs]
-    return fit_shapes(have, needs) == have
+    return fit_shapes(have, requests_needs(b.tokenizer(), reqs, m["edit"]["templates"], objective)) == have
 
 
 def export_default(model_dir: Path, runtime: str, out: Path, reqs) -> Path:

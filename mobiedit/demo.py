@@ -113,8 +113,9 @@ def cmd_demo(args) -> int:
               f"{stats['backward_calls']} backward passes, {stats['wall_time']:.2f} s, peak RSS {stats['peak_rss_mb']:.0f} MB")
         for k, p, b, a in zip(kinds, prompts, before, after):
             print(f"  {k:<10} {p!r}\n             before: {b!r}\n             after:  {a!r}")
-        with torch.no_grad():
-            weight.copy_(apply_factors(base, rows["mobiedit"][1]["u"], rows["mobiedit"][1]["w"], lm.family.weight_out_in))
+    with torch.no_grad():
+        weight.copy_(apply_factors(base, rows["mobiedit"][1]["u"], rows["mobiedit"][1]["w"], lm.family.weight_out_in))
+    with tempfile.TemporaryDirectory() as tmp:
         phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp))
     return 0
 
