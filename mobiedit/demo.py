@@ -131,8 +131,9 @@ def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[
     edited = tmp / "edited"
     lm.model.save_pretrained(edited, safe_serialization=True)
     lm.tokenizer.save_pretrained(edited)
-    if (model_dir / "factlm.json").is_file():
-        shutil.copy2(model_dir / "factlm.json", edited / "factlm.json")
+    for extra in ("factlm.json", "mobiedit.json"):
+        if (model_dir / extra).is_file():
+            shutil.copy2(model_dir / extra, edited / extra)
     t0 = time.perf_counter()
     cfg = ExportConfig(quant=QuantizeConfig(scheme="8da8w"), edit=EditSetup(layer=layer))  # `mobiedit export`'s default
     bundle = export_bundle(edited, tmp / "bundle", cfg)

@@ -32,6 +32,14 @@ class Family:
         weight_out_in: True when ``mlp_out.weight`` is ``[out, in]`` (``nn.Linear``); False for
             GPT-2's ``Conv1D`` whose weight is ``[in, out]``.
         n_layers_attr / hidden_attr: config attribute names for depth and width.
+        layer_types_attr: config attribute listing each layer's attention type (Gemma-3's
+            ``layer_types``: ``sliding_attention`` / ``full_attention``), or ``None`` when all layers
+            are alike. Where set, the rotary module is called with the layer's type (each type has
+            its own RoPE base) and each block is run with its own type's tables.
+        window_attr: config attribute of the sliding-attention window; the edit graphs (which keep
+            every prefix key) are exact only for sequences within it, so longer ones are refused.
+        unsupported: config attributes that must be unset/None for the edit graphs to be exact
+            (e.g. a final-logit soft-cap the read-out does not apply).
     """
 
     name: str
@@ -46,6 +54,9 @@ class Family:
     weight_out_in: bool
     n_layers_attr: str = "num_hidden_layers"
     hidden_attr: str = "hidden_size"
+    layer_types_attr: str | None = None
+    unsupported: tuple[str, ...] = ()
+    window_attr: str | None = None
 
 
 _LLAMA_LIKE = dict(
@@ -65,6 +76,11 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(name="qwen2", **_LLAMA_LIKE),
     "qwen3": Family(name="qwen3", **_LLAMA_LIKE),
     "mistral": Family(name="mistral", **_LLAMA_LIKE),
+    # Gemma-3 text: scaled embeddings (inside its embedding module), sandwich norms, q/k norms,
+    # sliding-window and full layers with their own RoPE bases — all inside the HF modules the
+    # graphs run; only the per-layer rotary tables are data here.
+    "gemma3_text": Family(name="gemma3_text", **_LLAMA_LIKE, layer_types_attr="layer_types",
+                          window_attr="sliding_window", unsupported=("final_logit_softcapping", "attn_logit_softcapping")),
     "gpt2": Family(
         name="gpt2",
         layers="transformer.h",
@@ -111,6 +127,51 @@ def get_module(model: torch.nn.Module, template: str, layer: int | None = None) 
 def edit_weight(model: torch.nn.Module, family: Family, layer: int) -> torch.nn.Parameter:
     """The edited matrix of ``layer`` (``mlp_out.weight``), in the module's own layout."""
     return get_module(model, family.mlp_out, layer).weight
+
+
+def layer_types(model: torch.nn.Module, family: Family) -> list[str | None]:
+    """Each layer's attention type (``None`` for every layer of a single-type family)."""
+    L = n_layers(model, family)
+    if family.layer_types_attr is None:
+        return [None] * L
+    types = list(getattr(model.config, family.layer_types_attr))
+    if len(types) != L:
+        raise ModelLoadError(f"{family.layer_types_attr} lists {len(types)} layers, the model has {L}",
+                             where=f"config.json, field '{family.layer_types_attr}'",
+                             fix="use the config.json that belongs to these weights")
+    return types
+
+
+def rotary_tables(model: torch.nn.Module, family: Family, x: torch.Tensor, positions: torch.Tensor
+                  ) -> dict[str | None, tuple[torch.Tensor, torch.Tensor]]:
+    """RoPE (cos, sin) of ``positions`` for every layer type of the model ({} without rotary)."""
+    if family.rotary is None:
+        return {}
+    rot = get_module(model, family.rotary)
+    return {t: rot(x, positions) if t is None else rot(x, positions, t)
+            for t in sorted(set(layer_types(model, family)), key=str)}
+
+
+def check_window(model: torch.nn.Module, family: Family, seq_len: int) -> None:
+    """Refuse a sequence longer than a sliding-attention window (graphs keep every prefix key)."""
+    if family.window_attr is None:
+        return
+    window = getattr(model.config, family.window_attr, None)
+    if window is not None and seq_len > int(window):
+        from .errors import RequestError
+
+        raise RequestError(f"a {seq_len}-token edit prompt exceeds the model's sliding window of {window} tokens",
+                           where="request prompts (with context templates)",
+                           fix="use shorter prompts or context templates (profile 'context')")
+
+
+def check_supported(config, family: Family, where: str) -> None:
+    """Refuse a config that sets an attribute the edit graphs do not model (named in the row)."""
+    for attr in family.unsupported:
+        if getattr(config, attr, None) is not None:
+            raise ModelLoadError(f"{attr} = {getattr(config, attr)} is not supported by the edit graphs",
+                                 where=f"{where}, field '{attr}'",
+                                 fix=f"use a {family.name} checkpoint without {attr}, or extend the read-out")
 
 
 def n_layers(model: torch.nn.Module, family: Family) -> int:

@@ -14,7 +14,7 @@ import torch
 
 from .atomic import recover_dir
 from .errors import ModelLoadError
-from .families import Family, family_for
+from .families import Family, check_supported, family_for
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,7 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
             raise ModelLoadError(f"weights do not match config.json: {len(keys)} {kind.replace('_', ' ')} "
                                  f"(e.g. {keys[:3]})", where=str(path),
                                  fix="use the config.json that belongs to these weights (incomplete or mixed checkpoint?)")
+    check_supported(model.config, family, str(path / "config.json"))
     if narrow:  # never upcast the 0.5 GB head just to narrow it again
         model = lower_loaded(model, family, path, side)
     for name, param in model.named_parameters():

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
-from ..rome.stats import cache_root
+from ..paths import cache_root
+from ..profile import read_profile, write_profile
 from .train import FactLMConfig
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,10 @@ def ensure_fact_lm(name: str = "default", progress: bool = True, force: bool = F
     """Folder of the trained fact LM ``name``; trains and caches it if absent (or ``force``)."""
     out = fact_lm_dir(name)
     if (out / "model.safetensors").is_file() and not force:
+        if read_profile(out) is None:  # cached by an older version: add the profile sidecar
+            from .pipeline import fact_lm_profile
+
+            write_profile(out, fact_lm_profile(EDIT_LAYER[name]))
         return out
     from .pipeline import pretrain
 

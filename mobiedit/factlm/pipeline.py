@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..evaluate import greedy_exact
+from ..profile import ModelProfile
 from .train import FactLMConfig, build_facts, corpus_sentences, make_model, save_folder, train_model, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,17 @@ def pretrain(cfg: FactLMConfig, out: Path, progress: bool = True, edit_layer: in
             "edit_layer_reason": "ROME layer sweep of the fact LM (docs/fact_lm.md)", "epoch_losses": losses, "n_facts_in_corpus": len(facts),
             "n_sentences": len(sentences), "train_seconds": time.perf_counter() - t0,
             "params": sum(p.numel() for p in model.parameters())}
-    save_folder(out, model, tok, meta, extra={CORPUS_FILE: "\n".join(sentences)})
+    save_folder(out, model, tok, meta, extra={CORPUS_FILE: "\n".join(sentences)},
+                profile=fact_lm_profile(edit_layer))
     log.info("fact LM trained in %.0fs: %s", meta["train_seconds"], json.dumps(report))
     return meta
+
+
+def fact_lm_profile(edit_layer: int) -> ModelProfile:
+    """The fact LM's model profile: its layer (chosen by trace + ROME sweep, docs/fact_lm.md) and
+    its own pretraining corpus as the key-statistics text."""
+    return ModelProfile(edit_layer=edit_layer, layer_reason="causal trace + ROME layer sweep of the fact LM (docs/fact_lm.md)",
+                        stats_corpus=f"file:{CORPUS_FILE}", chat_template=False)
 
 
 def corpus_of(model_dir: Path) -> list[str] | None:

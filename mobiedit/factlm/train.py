@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from ..atomic import atomic_dir
+from ..profile import ModelProfile, write_profile
 from ..errors import ConfigError
 from .corpus import Fact, facts_from_records, mine_templates, render
 
@@ -199,12 +200,16 @@ def train_model(cfg: FactLMConfig, model, tok, sentences: list[str], progress: b
     return losses
 
 
-def save_folder(out: Path, model, tok, meta: dict, extra: dict[str, str] | None = None) -> None:
-    """Write the HF folder (plus ``factlm.json`` and any ``extra`` text files) atomically."""
+def save_folder(out: Path, model, tok, meta: dict, extra: dict[str, str] | None = None,
+                profile: ModelProfile | None = None) -> None:
+    """Write the HF folder (plus ``factlm.json``, the model profile and any ``extra`` text files)
+    atomically."""
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / "factlm.json").write_text(json.dumps(meta, indent=1))
+        if profile is not None:
+            write_profile(tmp, profile)
         for name, text in (extra or {}).items():
             (tmp / name).write_text(text)
     log.info("saved fact LM to %s", out)

@@ -130,13 +130,11 @@ class PrefixGraph(torch.nn.Module):
         x[:, :, 0, :] += deltas.to(x.dtype).unsqueeze(1)
         x = x.reshape(K * B, S, d)
         mask = st.mask.repeat(K, 1, 1, 1)
-        pe = None
-        if st.cos is not None:
-            pe = (st.cos.repeat(K, 1, 1), st.sin.repeat(K, 1, 1))
+        pe = {t: (c.repeat(K, 1, 1), s_.repeat(K, 1, 1)) for t, (c, s_) in st.pe.items()}
         cache = _PrefixKV({i: st.prefix_k[n].repeat(K, 1, 1, 1) for n, i in enumerate(self.block_idx)},
                           {i: st.prefix_v[n].repeat(K, 1, 1, 1) for n, i in enumerate(self.block_idx)})
-        for blk in self.blocks:
-            x = blk(x, attention_mask=mask, position_embeddings=pe, past_key_values=cache)
+        for blk, kind in zip(self.blocks, st.block_types):
+            x = blk(x, attention_mask=mask, position_embeddings=pe.get(kind), past_key_values=cache)
         flat = st.readout_row * S + st.readout_pos
         h = self.norm(x.view(K, B * S, d)[:, flat])
         wd = self.cfg.weight_decay * deltas.float().norm(dim=-1) / self.v_init_norm ** 2

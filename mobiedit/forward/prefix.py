@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..families import Family, get_module, n_layers
+from ..families import Family, check_window, get_module, layer_types, n_layers, rotary_tables
 from ..rome.context import EditInputs
 
 
@@ -26,7 +26,9 @@ class PrefixState:
 
     Shapes: B rows, S suffix length, P prefix length, d hidden, Lr remaining layers, R read-outs.
       h_suffix [B, S, d]; prefix_k / prefix_v: list of Lr tensors [B, Hkv, P, hd];
-      mask [B, 1, S, P+S] (bool, True = may attend); cos / sin [B, S, hd] or None;
+      mask [B, 1, S, P+S] (bool, True = may attend); pe: RoPE (cos, sin) [B, S, hd] of the suffix
+      positions per layer type (``{None: ...}`` for single-type families, {} without rotary);
+      block_types: the layer type of each remaining layer;
       readout_row [R], readout_pos [R] (suffix coordinates); readout_label [R] (-1 for KL rows);
       kl_ref [n_kl, V] (log-probs of the unedited model at the KL read-outs).
     """
@@ -36,8 +38,8 @@ class PrefixState:
     prefix_k: list[torch.Tensor]
     prefix_v: list[torch.Tensor]
     mask: torch.Tensor
-    cos: torch.Tensor | None
-    sin: torch.Tensor | None
+    pe: dict
+    block_types: list
     readout_row: torch.Tensor
     readout_pos: torch.Tensor
     readout_label: torch.Tensor
@@ -45,6 +47,22 @@ class PrefixState:
     n_rewrite: int
     target_len: int
     v_init: torch.Tensor
+
+    @property
+    def cos(self) -> torch.Tensor | None:
+        """The single-type RoPE cos table (what a bundle's edit program takes), or None."""
+        return self._single_pe()[0]
+
+    @property
+    def sin(self) -> torch.Tensor | None:
+        return self._single_pe()[1]
+
+    def _single_pe(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if not self.pe:
+            return None, None
+        if len(self.pe) > 1:
+            raise NotImplementedError("several RoPE tables (per layer type): take state.pe[type]")
+        return next(iter(self.pe.values()))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -97,6 +115,7 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) 
 
     dev = next(model.parameters()).device
     b = inputs.batch.to(dev)
+    check_window(model, family, int(b.input_ids.shape[1]))
     s, last, S, P = suffix_geometry(inputs)
     from ..hooks import record
 
@@ -112,14 +131,13 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) 
     cache = out.past_key_values
     pk = [cache.layers[i].keys[:, :, :P].contiguous() for i in range(layer + 1, L)]
     pv = [cache.layers[i].values[:, :, :P].contiguous() for i in range(layer + 1, L)]
-    cos = sin = None
-    if family.rotary is not None:
-        with torch.no_grad():
-            cos, sin = get_module(model, family.rotary)(h_suffix, pos)
+    with torch.no_grad():
+        pe = rotary_tables(model, family, h_suffix, pos)
     v_init = hm.output[0, int(s[0])].float().clone()
     rr, rp, rl = readouts(inputs, s)
     return PrefixState(layer=layer, h_suffix=h_suffix, prefix_k=pk, prefix_v=pv,
-                       mask=build_mask(s, last, S, P).to(dev), cos=cos, sin=sin,
+                       mask=build_mask(s, last, S, P).to(dev), pe=pe,
+                       block_types=layer_types(model, family)[layer + 1:],
                        readout_row=rr.to(dev), readout_pos=rp.to(dev), readout_label=rl.to(dev),
                        kl_ref=kl_logprobs(out.logits, inputs, kept=True).detach(), n_rewrite=inputs.n_rewrite,
                        target_len=inputs.target_len, v_init=v_init)

@@ -146,7 +146,7 @@ def save_quantized(model_dir, out, layer: int, cfg: QuantConfig):
         tok.save_pretrained(tmp)
         (Path(tmp) / SIDECAR).write_text(json.dumps({"format": 1, "scheme": cfg.scheme, "layer": layer,
                                                      "head_dtype": cfg.head_dtype}))
-        for extra in ("factlm.json",):
+        for extra in ("factlm.json", "mobiedit.json"):
             if (src / extra).is_file():
                 shutil.copy2(src / extra, Path(tmp) / extra)
     log.info("wrote %s (%s, float: %s, head %s)", out, cfg.scheme, islands, cfg.head_dtype)

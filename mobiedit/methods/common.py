@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -14,6 +15,10 @@ from ..rome.context import generate_context_templates
 from ..rome.stats import cached_second_moment
 
 log = logging.getLogger(__name__)
+
+
+#: progress callback of a long edit: ``(step, loss)`` after every optimisation step
+StepFn = Callable[[int, float], None]
 
 
 @dataclass

@@ -12,7 +12,7 @@ from ..rome.compute_v import compute_v
 from ..rome.config import ROMEConfig
 from ..rome.context import build_edit_inputs
 from ..rome.update import rank_one_factors, solve_c
-from .common import EditOutcome, ModelContext, module_name
+from .common import EditOutcome, ModelContext, StepFn, module_name
 
 
 def factors_from_delta(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, delta: torch.Tensor,
@@ -28,12 +28,14 @@ def factors_from_delta(lm: LoadedModel, ctx: ModelContext, req: EditRequest, lay
     return rank_one_factors(k_cur, out_cur, out_cur + delta.to(out_cur), c_inv_k)
 
 
-def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelContext) -> EditOutcome:
-    """One ROME edit by backprop. The model is not modified (apply the returned factors)."""
+def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelContext,
+              on_step: StepFn | None = None) -> EditOutcome:
+    """One ROME edit by backprop. The model is not modified (apply the returned factors).
+    ``on_step(step, loss)`` reports each Adam step."""
     t0 = time.perf_counter()
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
     with torch.enable_grad():
-        vr = compute_v(lm.model, lm.family, inputs, cfg)
+        vr = compute_v(lm.model, lm.family, inputs, cfg, on_step)
     u, w = factors_from_delta(lm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge)
     rows = inputs.batch.input_ids.shape[0]
     succeeded = vr.holds

@@ -26,7 +26,7 @@ from ..rome.config import ContextConfig, ObjectiveConfig
 from ..rome.context import build_edit_inputs
 from ..rome.objective import edit_holds, within_margin
 from ..zo import ZOConfig, run_zo
-from .common import EditOutcome, ModelContext, module_name
+from .common import EditOutcome, ModelContext, module_name, StepFn
 from .rome import factors_from_delta
 
 def _default_zo() -> ZOConfig:
@@ -89,7 +89,7 @@ def build_graph(fwd_model, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfi
 
 
 def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
-                  fwd_model: torch.nn.Module | None = None) -> EditOutcome:
+                  fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
     """One forward-only edit. ``fwd_model`` is the (quantized) model the loop's forwards run on
     (default: a quantized copy per ``cfg.quant``); the factors are computed on ``lm.model``."""
     t0 = time.perf_counter()
@@ -101,11 +101,11 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
     paging = lower_layers_paged_out(fwd_model, lm.family, cfg.layer) if cfg.page_out_lower and cfg.prefix_reuse \
         else nullcontext()  # a full-graph loop runs every layer each step: nothing to page out
     with paging:
-        return _search(lm, req, cfg, ctx, fwd_model, t0)
+        return _search(lm, req, cfg, ctx, fwd_model, t0, on_step)
 
 
 def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
-            fwd_model: torch.nn.Module, t0: float) -> EditOutcome:
+            fwd_model: torch.nn.Module, t0: float, on_step: StepFn | None = None) -> EditOutcome:
     """The prefix state, the ZO loop on its graph, and the factors of the found delta."""
     graph, state, inputs = build_graph(fwd_model, lm, req, cfg, ctx)
     d = state.h_suffix.shape[-1]
@@ -116,6 +116,8 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     def forward(D: np.ndarray) -> np.ndarray:
         losses, _ = graph(torch.from_numpy(np.multiply(D, scale, dtype=np.float32)))  # D is read-only
         n.evals += D.shape[0]; n.sequences += D.shape[0] * rows; n.calls += 1
+        if on_step is not None:  # one batched call of K directions = one step
+            on_step(n.calls, float(losses.min()))
         return losses.double().numpy()
 
     v_norm = float(state.v_init.norm())

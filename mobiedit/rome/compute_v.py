@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -41,14 +42,16 @@ def init_value_and_kl(model, family: Family, layer: int, inputs: EditInputs) -> 
     return v_init, kl_logprobs(logits, inputs, kept=True).detach()
 
 
-def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig) -> ValueResult:
+def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig,
+              on_step: Callable[[int, float], None] | None = None) -> ValueResult:
     """Find v* by Adam on ``delta`` (zero-init), clamped to ``clamp_norm_factor·‖v_init‖``.
 
     Adam runs on ``z = delta / s`` with ``s = ‖v_init‖/√d`` so that ROME's lr (0.5, tuned on
     GPT-2 XL/GPT-J activation scales) means the same step relative to ``v_init`` on any model;
     the objective itself is ROME's, in absolute units.
 
-    Stops early when the loss drops below ``cfg.early_loss`` (ROME: 5e-2).
+    Stops early when the loss drops below ``cfg.early_loss`` (ROME: 5e-2). ``on_step(step, loss)``
+    is called after every step (progress display).
     """
     b = inputs.batch.to(next(model.parameters()).device)
     mod = get_module(model, family.mlp_out, cfg.layer)
@@ -66,6 +69,8 @@ def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig) -> Val
             logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
         loss = value_loss(logits, inputs, kl_ref, delta.norm(), float(v_init.norm()), cfg.objective)
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(steps, losses[-1])
         if losses[-1] < cfg.early_loss or steps == cfg.steps:
             holds = edit_holds(rows_correct(logits.detach(), inputs), cfg.success_fraction)
             break

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -18,16 +17,9 @@ from ..atomic import atomic_path
 from ..errors import NumericalError
 from ..families import Family, get_module
 from ..hooks import record
+from ..paths import cache_root
 
 log = logging.getLogger(__name__)
-
-
-def cache_root() -> Path:
-    """``$MOBIEDIT_CACHE`` or ``$XDG_CACHE_HOME/mobiedit`` or ``~/.cache/mobiedit``."""
-    env = os.environ.get("MOBIEDIT_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mobiedit"
 
 
 def weights_digest(model_dir: Path) -> str:

