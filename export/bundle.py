@@ -20,9 +20,13 @@ from safetensors.torch import load_file, save
 
 from mobiedit.atomic import atomic_dir
 from mobiedit.errors import BundleError
-from mobiedit.journal import Journal
+from mobiedit.journal import Journal, tensor_sha256
+from mobiedit.journal_guard import check_bundle_journal
+from mobiedit.jsonio import JSONProblem, loads_strict
+from mobiedit.outputs import check_output_dir, mark_output, weights_bytes
 
 from .config import RUNTIMES, ExportConfig
+from .manifest_check import MAX_MANIFEST_BYTES, validate_sections
 from .runtime import Program, open_program
 from .tokenizer import BundleTokenizer, save_tokenizer
 
@@ -69,19 +73,23 @@ def _created_by() -> str:
 
 
 def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | None = None,
-                  fit_requests: list | None = None) -> Path:
+                  fit_requests: list | None = None, *, overwrite: bool = False, inputs: tuple = ()) -> Path:
     """Export ``model_dir`` (a local HF folder) to the bundle folder ``out`` (replaced atomically).
 
     Stages: prepare → quantize → capture + lint → lower → check (quantized edit programs:
     correlation of their losses with the float graph's, recorded in ``manifest.checks``) → save.
     ``fit_requests``: edit requests the edit programs must take; ``cfg.edit_shapes`` grows to the
-    largest of them (with the bundle's own context templates). Returns ``out``.
+    largest of them (with the bundle's own context templates). ``out`` passes
+    :func:`mobiedit.outputs.check_output_dir` first (``overwrite``; ``inputs``: further paths the
+    caller read, e.g. the request file). Returns ``out``.
     """
     from .calibration import calibration_feeds, edit_correlation, sample_edits
+    from .chat import save_chat_template
     from .pipeline import (ROLES, build_modules, capture, fit_edit_shapes, lower_programs, prepare,
                            program_models)
 
     cfg = cfg or ExportConfig()
+    check_output_dir(out, "bundle", (model_dir, *inputs), overwrite, need_bytes=weights_bytes(model_dir) // 8)
     t0 = time.perf_counter()
     prep = prepare(model_dir, cfg)
     if fit_requests:
@@ -121,6 +129,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
                      checks["edit_correlation"])
         probes = prep.templates + [r.rewrite_prompt for r, _ in edits[:4]] + ["Hello world. The capital of France is"]
         special = save_tokenizer(tok, tmp / TOKENIZER, probes)
+        chat = save_chat_template(tok, tmp, model_dir)
         # serialized in memory and written by Python: safetensors' save_file creates its file 0600,
         # every other bundle file gets the usual 0666 minus the umask
         (tmp / KEYSTATS).write_bytes(save({"c_inv_triu": pack_symmetric(prep.c_inv),
@@ -130,9 +139,11 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
         checks["export_seconds"] = round(time.perf_counter() - t0, 1)
         checks["capture_seconds"] = round(t_capture, 1)
         manifest = _manifest(prep, cfg, programs, special, checks)
+        manifest["chat"] = chat
         manifest["files"] = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
                              for p in sorted(tmp.iterdir()) if p.is_file() and p.name != MANIFEST}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        mark_output(tmp, "bundle")  # not listed in files: hidden names are never bundle files
     log.info("wrote bundle %s in %.1fs (%s)", out, time.perf_counter() - t0, sorted(ROLES))
     return out
 
@@ -172,9 +183,13 @@ def read_manifest(path: Path) -> dict:
     if not mpath.is_file():
         raise BundleError("no manifest.json", where=str(path), fix="pass a folder written by `mobiedit export`")
     try:
-        m = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BundleError(f"unreadable manifest ({e})", where=where, fix="re-export the bundle") from None
+        if mpath.stat().st_size > MAX_MANIFEST_BYTES:
+            raise BundleError(f"manifest is {mpath.stat().st_size} bytes (limit {MAX_MANIFEST_BYTES})", where=where,
+                              fix="re-export the bundle")
+        m = loads_strict(mpath.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, JSONProblem) as e:
+        raise BundleError(f"unreadable manifest ({' '.join(str(e).split())[:200]})", where=where,
+                          fix="re-export the bundle") from None
     if not isinstance(m, dict):
         raise BundleError("manifest is not a JSON object", where=where, fix="re-export the bundle")
     v = m.get("format_version")
@@ -208,9 +223,10 @@ def read_manifest(path: Path) -> dict:
             raise BundleError("each entry must be {\"bytes\": int, \"sha256\": str}", where=f"{where}, field 'files.{name}'",
                               fix="re-export the bundle")
     for role, spec in m["programs"].items():
-        if not isinstance(spec, dict) or spec.get("file") not in files:
+        if not isinstance(spec, dict) or not isinstance(spec.get("file"), str) or spec["file"] not in files:
             raise BundleError(f"program file of {role!r} is not listed in files", where=f"{where}, field 'programs'",
                               fix="re-export the bundle")
+    validate_sections(m, where)
     return m
 
 
@@ -234,6 +250,7 @@ class Bundle:
         self._programs: dict[str, Program] = {}
         self._loaded: dict = {}
         self._tok: BundleTokenizer | None = None
+        self._base_sha: str | None = None
 
     @property
     def runtime(self) -> str:
@@ -260,21 +277,43 @@ class Bundle:
         stats = load_file(str(self.path / KEYSTATS))
         d_in = self.manifest["dims"]["intermediate_size"]
         try:
-            stats["c_inv"] = unpack_symmetric(stats.pop("c_inv_triu"), d_in)
+            tri = stats.pop("c_inv_triu")
+            if tri.dim() != 1 or tri.numel() != d_in * (d_in + 1) // 2:
+                raise RuntimeError(f"c_inv_triu has shape {list(tri.shape)}, expected [{d_in * (d_in + 1) // 2}]")
+            stats["c_inv"] = unpack_symmetric(tri, d_in)
         except (KeyError, RuntimeError) as e:
             raise BundleError(f"no valid c_inv_triu for d_in={d_in} ({e})", where=str(self.path / KEYSTATS),
                               fix="re-export the bundle") from None
         return stats
 
-    def journal(self) -> Journal:
-        return Journal.open(self.path / JOURNAL)
+    def base_sha256(self) -> str:
+        """tensor_sha256 of keystats' ``base_weight`` (what every journal entry must be based on)."""
+        if self._base_sha is None:
+            from safetensors import safe_open
+
+            path = self.path / KEYSTATS
+            try:
+                with safe_open(str(path), framework="pt") as fh:
+                    self._base_sha = tensor_sha256(fh.get_tensor("base_weight"))
+            except Exception as e:  # noqa: BLE001 - safetensors' own error types for a bad file / key
+                raise BundleError(f"no readable base_weight ({' '.join(str(e).split())[:150]})", where=str(path),
+                                  fix="re-export the bundle") from None
+        return self._base_sha
+
+    def journal(self, readonly: bool = False) -> Journal:
+        """The bundle's journal, refused (JournalError) when an entry was computed on another base
+        weight or module. ``readonly``: a reader's open (a missing journal/ is not created)."""
+        j = Journal.open(self.path / JOURNAL, readonly=readonly)
+        if j.entries():
+            check_bundle_journal(j, self.base_sha256(), self.manifest["edit_module"])
+        return j
 
     def slots(self, journal: Journal | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(slot_u, slot_w) holding the journal's active edits in id order (zero rows: empty)."""
         m, dims = self.manifest, self.manifest["dims"]
         u = torch.zeros(m["slots"], dims["d_out"])
         w = torch.zeros(m["slots"], dims["intermediate_size"])
-        journal = journal or self.journal()
+        journal = journal or self.journal(readonly=True)
         active = journal.entries(active_only=True)
         if len(active) > m["slots"]:
             raise BundleError(f"{len(active)} active edits, the bundle has {m['slots']} slots",

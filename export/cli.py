@@ -15,15 +15,17 @@ def register(subparsers) -> None:
     """Add ``export``, ``run`` and ``bundle-undo`` to ``subparsers`` (an argparse subparsers action)."""
     sp = subparsers.add_parser("export", help="export a model to a phone bundle (ExecuTorch or ONNX Runtime)")
     g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local Hugging Face model folder")
+    g.add_argument("--model", help="local Hugging Face model folder or checkpoint name (`mobiedit model --list`)")
     g.add_argument("--preset", default="default", help="fact LM preset when --model is absent")
     sp.add_argument("--out", required=True, help="bundle folder to write (replaced atomically)")
+    sp.add_argument("--overwrite", action="store_true",
+                    help="replace a non-empty --out folder that is not a previous `mobiedit export` output")
     sp.add_argument("--runtime", choices=("executorch", "onnxruntime"), default="executorch")
     sp.add_argument("--quant", default=None,
                     help="fp32 | 8da8w | 8da4w (executorch) | qdq_a16w8 (onnxruntime); "
                          "default 8da8w for executorch, qdq_a16w8 for onnxruntime")
     sp.add_argument("--edit-quant", default="auto", help="auto | delta | w8 | fp32 | same (edit program; see docs/export.md)")
-    sp.add_argument("--layer", type=int, help="edit layer (default: the fact LM's)")
+    sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's, mobiedit.json)")
     sp.add_argument("--max-seq-len", type=int, default=128)
     sp.add_argument("--prefill-chunk", type=int, default=16)
     sp.add_argument("--slots", type=int, default=8)
@@ -44,12 +46,32 @@ def register(subparsers) -> None:
     sp.add_argument("bundle")
     sp.add_argument("--prompt", required=True)
     sp.add_argument("--max-new-tokens", type=int, default=32)
+    sp.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                    help="prompt through the bundle's chat template as a user turn (default: the bundle's "
+                         "manifest chat.default, i.e. the model profile's chat_template)")
     sp.set_defaults(fn=cmd_run)
 
-    sp = subparsers.add_parser("bundle-undo", help="undo one journaled edit of a bundle")
+    sp = subparsers.add_parser("bench-export", help="bundle size vs fp32 safetensors and decode tokens/s vs eager "
+                                                    "fp32 HF, measured in one run (exports first unless --bundle)")
+    bench_arguments(sp)
+    sp.set_defaults(fn=cmd_bench_export)
+
+    sp = subparsers.add_parser("bundle-undo", help="undo one journaled edit of a bundle (same as `mobiedit undo`)")
     sp.add_argument("bundle")
     sp.add_argument("edit_id", type=int)
     sp.set_defaults(fn=cmd_undo)
+
+
+def bench_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of the export benchmark (``mobiedit bench-export``, ``python -m mobiedit.export.bench``)."""
+    p.add_argument("--out", required=True, help="folder for bench.json (and the exported bundle)")
+    p.add_argument("--model", help="model folder or checkpoint name (default: random 0.5B Qwen2 under --out)")
+    p.add_argument("--bundle", help="measure this already exported bundle of --model instead of exporting")
+    p.add_argument("--runtime", default="executorch", choices=("executorch", "onnxruntime"))
+    p.add_argument("--quant", default="8da8w")
+    p.add_argument("--decode-tokens", type=int, default=32)
+    p.add_argument("--prompt", help="prompt both sides decode after (default: bench.BENCH_PROMPT)")
+    p.add_argument("--float-head", action="store_true", help="keep the LM head and embedding float")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -72,6 +94,7 @@ def cmd_export(args) -> int:
 
     import torch
 
+    from mobiedit.checkpoints import resolve_model_arg
     from mobiedit.cli import resolve_model
 
     from .bundle import export_bundle, load_bundle
@@ -83,12 +106,17 @@ def cmd_export(args) -> int:
         from mobiedit.requests import load_requests
 
         fit = load_requests(args.fit_requests)[: args.fit_n or None]
-    out = export_bundle(resolve_model(args), args.out, cfg, fit_requests=fit)
+    model_dir = resolve_model_arg(args.model) if args.model else resolve_model(args)
+    out = export_bundle(model_dir, args.out, cfg, fit_requests=fit, overwrite=args.overwrite,
+                        inputs=(args.fit_requests,))
     m = load_bundle(out).manifest
     size = sum(f["bytes"] for f in m["files"].values())
     print(f"wrote {out} ({m['runtime']}, {m['quantization']} / edit {m['edit_quantization']}, {size / 1e6:.1f} MB)")
     if "edit_correlation" in m["checks"]:
         print("edit program loss correlation with fp32:", json.dumps(m["checks"]["edit_correlation"]))
+    chat = m.get("chat")
+    print(f"export {m['checks']['export_seconds']} s; chat template: "
+          + (f"{chat['template_file']} (run default: {'chat' if chat['default'] else 'plain'})" if chat else "none"))
     return 0
 
 
@@ -97,16 +125,41 @@ def cmd_run(args) -> int:
 
     from .ops import run_bundle
 
+    from mobiedit.errors import ConfigError
+    from mobiedit.termsafe import term_safe
+
+    if not 1 <= args.max_new_tokens <= 1 << 16:
+        raise ConfigError(f"--max-new-tokens is {args.max_new_tokens}", where="--max-new-tokens",
+                          fix="generate at least 1 token (and at most the bundle's max_seq_len), e.g. 32")
     torch.set_num_threads(1)
-    print(run_bundle(args.bundle, args.prompt, args.max_new_tokens))
+    print(term_safe(run_bundle(args.bundle, args.prompt, args.max_new_tokens, chat=args.chat), keep_newlines=True))
+    return 0
+
+
+def cmd_bench_export(args) -> int:
+    import json
+
+    from .bench import run
+
+    f = run(args)
+    print(f"bundle {f['bundle']}: {f['bundle_bytes'] / 1e6:.1f} MB = {f['size_ratio']} x the fp32 safetensors "
+          f"({f['fp32_safetensors_bytes'] / 1e6:.1f} MB; programs alone {f['size_ratio_programs_only']} x)")
+    print(f"decode: bundle {f['decode_tokens_per_s_bundle']} tokens/s, eager fp32 {f['decode_tokens_per_s_eager_fp32']} "
+          f"tokens/s -> {f['speedup']} x; generate (prefill + {f['decode_tokens']} tokens): bundle "
+          f"{f['generate_tokens_per_s_bundle']}, HF generate {f['generate_tokens_per_s_eager_fp32']} tokens/s -> "
+          f"{f['generate_speedup']} x")
+    print(f"wrote {args.out}/bench.json")
+    log.debug("bench figures: %s", json.dumps(f))
     return 0
 
 
 def cmd_undo(args) -> int:
     from .ops import undo_bundle_edit
 
+    from mobiedit.termsafe import term_safe
+
     entry = undo_bundle_edit(args.bundle, args.edit_id)
-    print(f"undid edit {entry.id} ({entry.request.get('case_id')}) in {args.bundle}")
+    print(f"undid edit {entry.id} ({term_safe(entry.request.get('case_id'))}) in {term_safe(args.bundle)}")
     return 0
 
 
@@ -127,8 +180,10 @@ def bundle_edit(args) -> int:
     reqs = load_cli_requests(args)
     zo = dataclasses.replace(default_zo(bundle.manifest["shapes"]["edit_K"]), seed=getattr(args, "seed", 0))
     results = edit_bundle(bundle, reqs, zo, force=getattr(args, "force", False))
+    from mobiedit.termsafe import term_safe
+
     for r in results:
-        print(f"{r.request.case_id}: {r.status} applied={r.applied} loss_evals={r.loss_evals} wall={r.wall_time:.2f}s"
+        print(f"{term_safe(r.request.case_id)}: {r.status} applied={r.applied} loss_evals={r.loss_evals} wall={r.wall_time:.2f}s"
               + (f" edit_id={r.entry.id}" if r.entry else ""))
     failed = [r for r in results if not r.applied]
     print(f"journal {bundle.path / 'journal'}: {len(results) - len(failed)} edit(s) applied"

@@ -162,7 +162,7 @@ class EditSetup:
     """What the bundle needs to edit on the phone: the edit layer, the context templates (generated
     once at export with ``context``, ``seed``), the objective and the key statistics.
 
-    layer: edit layer (None: the model folder's ``factlm.json`` or an error). mom2: ship C⁻¹ of the
+    layer: edit layer (None: the model profile ``mobiedit.json`` or an error). mom2: ship C⁻¹ of the
     layer's keys (False: identity, ROME's mom2_adjustment=False). ridge: relative ridge of C.
     stats_limit: use at most this many texts of the statistics corpus (0 = all).
     """

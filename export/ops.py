@@ -25,6 +25,7 @@ import torch
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.families import FAMILIES
 from mobiedit.journal import Journal, JournalEntry
+from mobiedit.journal_lock import DEFAULT_TIMEOUT, journal_lock
 from mobiedit.requests import EditRequest
 from mobiedit.rome.config import ObjectiveConfig
 from mobiedit.rome.context import build_edit_inputs
@@ -32,7 +33,7 @@ from mobiedit.rome.objective import edit_holds, within_margin
 from mobiedit.zo import ZOConfig, run_zo
 from mobiedit.zo.rank_one import rank_one_factors
 
-from .bundle import Bundle, load_bundle
+from .bundle import JOURNAL, Bundle, load_bundle
 from .config import EditShapes
 from .generate import CacheShape, greedy_tokens
 from .packing import EDIT_INPUTS, edit_feed, pack_edit
@@ -46,22 +47,37 @@ def _open(bundle: Bundle | str | Path) -> Bundle:
     return bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
 
 
-def bundle_tokens(bundle: Bundle | str | Path, prompt: str, max_new_tokens: int = 32) -> list[int]:
+def prompt_ids(bundle: Bundle | str | Path, prompt: str, chat: bool | None = None) -> list[int]:
+    """Token ids the bundle is prompted with: ``prompt`` as plain text, or as the user turn of the
+    bundle's chat template (``chat``: True / False / None = the manifest's default, see :mod:`.chat`)."""
+    from .chat import chat_prompt_text, use_chat
+
+    b = _open(bundle)
+    tok = b.tokenizer()
+    if not use_chat(b.manifest, chat):
+        return tok(prompt)["input_ids"]
+    special = {k: tok.token(v) for k, v in b.manifest["special_tokens"].items()}
+    return tok(chat_prompt_text(b.path, b.manifest, prompt, special), add_special_tokens=False)["input_ids"]
+
+
+def bundle_tokens(bundle: Bundle | str | Path, prompt: str, max_new_tokens: int = 32, chat: bool | None = None
+                  ) -> list[int]:
     """Greedy continuation ids of ``prompt`` (active journal edits applied through the slots)."""
     b = _open(bundle)
     m, dims = b.manifest, b.manifest["dims"]
     shape = CacheShape(dims["num_layers"], dims["num_kv_heads"], m["shapes"]["max_seq_len"], dims["head_dim"],
                        m["shapes"]["prefill_chunk"])
     u, w = b.slots()
-    ids = b.tokenizer()(prompt)["input_ids"]
+    ids = prompt_ids(b, prompt, chat)
     return greedy_tokens(b.program("prefill"), b.program("decode"), ids, max_new_tokens, shape, u, w,
                          eos_id=m["special_tokens"].get("eos"))
 
 
-def run_bundle(bundle: Bundle | str | Path, prompt: str, max_new_tokens: int = 32) -> str:
-    """Generate greedily from the bundle alone; returns the continuation text."""
+def run_bundle(bundle: Bundle | str | Path, prompt: str, max_new_tokens: int = 32, chat: bool | None = None) -> str:
+    """Generate greedily from the bundle alone; returns the continuation text (``chat``: see
+    :func:`prompt_ids`)."""
     b = _open(bundle)
-    return b.tokenizer().decode(bundle_tokens(b, prompt, max_new_tokens))
+    return b.tokenizer().decode(bundle_tokens(b, prompt, max_new_tokens, chat))
 
 
 @dataclass
@@ -206,7 +222,7 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
 
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,
                 success_fraction: float = 0.75, success_nll: float = 0.5, force: bool = False,
-                backend: str = "native"
+                backend: str = "native", lock_timeout: float = DEFAULT_TIMEOUT
                 ) -> list[BundleEditResult]:
     """Edit ``requests`` one after another through the bundle's prefix + edit programs.
 
@@ -215,6 +231,11 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     with ``success_fraction``, and the loss minus decay at most ``success_nll``, as ``mobiedit_edit``)
     within budget is not applied unless ``force``. Raises BundleError when a request does not fit the programs' shapes, NumericalError
     on NaN/Inf.
+
+    Each request holds the journal's write lock (:func:`mobiedit.journal_lock.journal_lock`) from
+    re-reading the journal to its last write, so concurrent writers (another ``edit --bundle``, an
+    undo, the app) are serialised: no id is reused and no edit is lost. A writer that cannot take
+    the lock within ``lock_timeout`` seconds raises ``JournalBusyError``.
     """
     if not (0.0 <= success_fraction <= 1.0):
         raise ConfigError(f"success_fraction={success_fraction} out of [0, 1]", where="success_fraction",
@@ -223,9 +244,14 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
         raise ConfigError(f"success_nll={success_nll} must be > 0", where="success_nll", fix="e.g. 0.5")
     b = _open(bundle)
     _check_edit_interface(b)
-    journal, keystats = b.journal(), b.keystats()
+    keystats = b.keystats()
     zo = zo or default_zo(b.manifest["shapes"]["edit_K"])
-    return [_edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend) for r in requests]
+    results = []
+    for r in requests:
+        with journal_lock(b.path / JOURNAL, lock_timeout):
+            journal = b.journal()  # re-read under the lock: another writer may have changed it
+            results.append(_edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend))
+    return results
 
 
 def _holder(module: str, weight: torch.Tensor) -> torch.nn.Module:
@@ -242,10 +268,13 @@ def _holder(module: str, weight: torch.Tensor) -> torch.nn.Module:
     return root
 
 
-def undo_bundle_edit(bundle: Bundle | str | Path, edit_id: int) -> JournalEntry:
-    """Mark ``edit_id`` undone in the bundle's journal; the next run leaves its slot empty."""
+def undo_bundle_edit(bundle: Bundle | str | Path, edit_id: int, lock_timeout: float = DEFAULT_TIMEOUT
+                     ) -> JournalEntry:
+    """Mark ``edit_id`` undone in the bundle's journal; the next run leaves its slot empty. Holds
+    the journal's write lock (see :func:`edit_bundle`)."""
     b = _open(bundle)
-    journal = b.journal()
-    entry = journal.entry(edit_id)
-    holder = _holder(entry.module, journal.rebuild(entry.module))
-    return journal.undo(edit_id, holder, FAMILIES[entry.family])
+    with journal_lock(b.path / JOURNAL, lock_timeout):
+        journal = b.journal()
+        entry = journal.entry(edit_id)
+        holder = _holder(entry.module, journal.rebuild(entry.module))
+        return journal.undo(edit_id, holder, FAMILIES[entry.family])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -57,16 +56,11 @@ class Prepared:
 
 
 def resolve_layer(model_dir: Path, layer: int | None) -> int:
-    """``layer``, else the fact LM's recorded edit layer (factlm.json), else ConfigError."""
-    if layer is not None:
-        return layer
-    meta = Path(model_dir) / "factlm.json"
-    if meta.is_file():
-        from mobiedit.factlm import EDIT_LAYER
+    """``layer`` (``--layer``), else the model profile's edit layer (``mobiedit.json``, see
+    :func:`mobiedit.profile.resolve_layer`), else ConfigError naming the fix."""
+    from mobiedit.profile import resolve_layer as profile_layer
 
-        return int(json.loads(meta.read_text()).get("edit_layer", EDIT_LAYER["default"]))
-    raise ConfigError("no edit layer known for this model", where="ExportConfig.edit.layer",
-                      fix="pass --layer N")
+    return profile_layer(model_dir, layer)
 
 
 def key_inverse(lm: LoadedModel, layer: int, cfg: ExportConfig) -> torch.Tensor:

@@ -6,7 +6,10 @@ runtime is pinned to one thread (the phone runs the edit loop on one core; the d
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -82,19 +85,52 @@ class ExecuTorchProgram(Program):
         if method not in program.method_names:
             raise BundleError(f"no method {method!r} (has {sorted(program.method_names)})", where=str(path),
                               fix="re-export the bundle")
-        self.method = program.load_method(method)
+        try:
+            with quiet_native_output():
+                self.method = program.load_method(method)
+        except RuntimeError as e:
+            raise BundleError(f"cannot load method {method!r} ({' '.join(str(e).split())[:150]})", where=str(path),
+                              fix="re-export the bundle") from None
 
     def _execute(self, args):
         outs = self.method.execute([a.contiguous() for a in args])
         return [o.clone() for o in outs]  # outputs alias the method's planned memory
 
 
-def load_pte(path: str | Path):
-    """Load a ``.pte`` file with ``executorch.runtime.Runtime`` (one thread)."""
-    from executorch.runtime import Runtime
+@contextlib.contextmanager
+def quiet_native_output():
+    """Send file descriptors 1 and 2 to /dev/null for the duration (C++ logging of the runtime:
+    ExecuTorch's cpuinfo / threadpool lines, printed on every bundle command otherwise).
+    Python's own streams are flushed first so that nothing printed before is lost."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
 
-    _single_thread_executorch()
-    return Runtime.get().load_program(Path(path))
+
+def load_pte(path: str | Path):
+    """Load a ``.pte`` file with ``executorch.runtime.Runtime`` (one thread; its C++ start-up
+    logging silenced)."""
+    with quiet_native_output():
+        from executorch.runtime import Runtime
+
+        _single_thread_executorch()
+        try:
+            return Runtime.get().load_program(Path(path))
+        except RuntimeError as e:  # "Failed to load program, error: 0x23": not a .pte of this runtime
+            err = BundleError(f"not a loadable ExecuTorch program ({' '.join(str(e).split())[:150]})",
+                              where=str(path), fix="re-export the bundle (the file is damaged or not a .pte)")
+    raise err
 
 
 class OnnxProgram(Program):
@@ -115,7 +151,11 @@ class OnnxProgram(Program):
         so.intra_op_num_threads = 1
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
-        self.session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own error types (InvalidProtobuf, Fail, ...)
+            raise BundleError(f"not a loadable ONNX model ({type(e).__name__}: {' '.join(str(e).split())[:150]})",
+                              where=str(path), fix="re-export the bundle (the file is damaged or not .onnx)") from None
         have = [i.name for i in self.session.get_inputs()]
         if set(have) != set(self.inputs):
             raise BundleError(f"model inputs {have} differ from the manifest's {self.inputs}", where=str(path),

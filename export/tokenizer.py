@@ -31,6 +31,10 @@ class BundleTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tk.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def token(self, token_id: int | None) -> str:
+        """The token string of ``token_id`` ("" for None or an unknown id)."""
+        return (self.tk.id_to_token(token_id) or "") if token_id is not None else ""
+
 
 def save_tokenizer(hf_tokenizer, path: Path, probes: list[str]) -> dict[str, int | None]:
     """Write ``hf_tokenizer``'s backend as ``tokenizer.json`` and check that it encodes ``probes``

@@ -31,6 +31,8 @@ _W8A16 = {"scheme": "w8a16"}
 # stop is loss < 1e-5), "paper-check" the same estimator stopped by our success check.
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "rome": ("rome", {}),
+    # the same search and objective, backprop through the prefix-reusing graph only (issue 17)
+    "rome-lean": ("rome", {"prefix_reuse": True}),
     "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),
     "paper-check": ("mobiedit", {"zo": {**_PAPER, "loss_tol": 0.0}, "quant": _W8A16}),
     "fzoo-w8a8": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a8"}}),
@@ -84,8 +86,10 @@ def row_config(name: str, layer: int, seed: int):
     return dataclasses.replace(from_dict(cls, over), layer=layer)
 
 
-def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: int, out: str) -> None:
-    """Run one row in this (child) process and write its result JSON to ``out``."""
+def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: int, out: str,
+           ability: bool = True) -> None:
+    """Run one row in this (child) process and write its result JSON to ``out``. ``ability`` adds
+    fluency and held-out perplexity before/after each edit (:mod:`mobiedit.ability`)."""
     from .rss import peak_rss_mb
 
     import torch
@@ -95,15 +99,21 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
     from .evaluate import aggregate
     from .models import load_model
     from .requests import load_requests
-    from .session import edit_independent, prepare
+    from .session import check_fits, edit_independent, prepare
 
     _quiet_libraries()
     cfg = row_config(name, layer, seed)
     lm = load_model(model_dir)
     reqs = load_requests(req_file)[:n]
+    check_fits(lm, reqs)  # before prepare's forward passes (key statistics)
     ctx = prepare(lm, cfg, seed)
+    probe = None
+    if ability:
+        from .ability import AbilityProbe
+
+        probe = AbilityProbe(lm.model, lm.tokenizer, lm.family, layer)
     t0 = time.perf_counter()
-    recs = edit_independent(lm, reqs, cfg, ctx, progress=False)
+    recs = edit_independent(lm, reqs, cfg, ctx, progress=False, ability=probe)
     total = time.perf_counter() - t0
     outs = [r.outcome for r in recs]
     ok = [o for o in outs if o.succeeded]
@@ -125,11 +135,12 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
     Path(out).write_text(json.dumps(res))
 
 
-def run_row(name: str, model_dir: Path, req_file: Path, n: int, layer: int, seed: int, workdir: Path) -> dict:
+def run_row(name: str, model_dir: Path, req_file: Path, n: int, layer: int, seed: int, workdir: Path,
+            ability: bool = True) -> dict:
     """Run ``name`` in a fresh spawned process; return its result dict."""
     out = workdir / f"row-{name}-L{layer}.json"
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=_child, args=(name, str(model_dir), str(req_file), n, layer, seed, str(out)))
+    p = ctx.Process(target=_child, args=(name, str(model_dir), str(req_file), n, layer, seed, str(out), ability))
     p.start()
     p.join()
     if p.exitcode != 0 or not out.is_file():
@@ -145,7 +156,7 @@ def plot(results: list[dict], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, qx) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [7, 6]})
     for r in results:
         ev = sorted(e for e, s in zip(r["loss_evals_per_edit"], r["succeeded_per_edit"]) if s)
         if not ev:
@@ -159,6 +170,7 @@ def plot(results: list[dict], png: Path) -> None:
     ax.set_title("Success rate vs. loss evaluations")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    _quality_bars(qx, results)
     fig.tight_layout()
     from .atomic import atomic_path
 
@@ -167,19 +179,57 @@ def plot(results: list[dict], png: Path) -> None:
     plt.close(fig)
 
 
+#: quality panel of the PNG: (aggregate key, label); rates in percent
+_BARS = (("efficacy_prob", "eff P(new>true)"), ("generalization_prob", "gen P(new>true)"),
+         ("locality_unchanged", "loc unchanged"), ("locality_truth", "loc truth"), ("efficacy_acc", "eff acc"))
+
+
+def _quality_bars(ax, results: list[dict]) -> None:
+    """Grouped bars: per row, the probability-convention efficacy/generalization and locality
+    against both references (unchanged vs the unedited model; the ground truth)."""
+    import math
+
+    width = 0.8 / max(len(results), 1)
+    for i, r in enumerate(results):
+        vals = [r["quality"].get(k, float("nan")) for k, _ in _BARS]
+        xs = [j + (i - (len(results) - 1) / 2) * width for j in range(len(_BARS))]
+        ppl = r["quality"].get("perplexity_change_pct", float("nan"))
+        label = r["row"] if math.isnan(ppl) else f"{r['row']} (ppl {ppl:+.2f}%)"
+        ax.bar(xs, [0.0 if math.isnan(v) else v for v in vals], width, label=label)
+    ax.set_xticks(range(len(_BARS)), [lab for _, lab in _BARS], fontsize=8, rotation=15)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("%")
+    ax.set_title("Edit quality")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+
+
 def format_rows(results: list[dict]) -> str:
-    head = (f"{'row':<20}{'n':>5}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'succ%':>7}"
+    """One line per row: token-accuracy metrics, probability metrics, locality against the unedited
+    model (locU) and the ground truth (locT), fluency before→after (bits), perplexity change (%),
+    then the cost columns."""
+    head = (f"{'row':<20}{'n':>5}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'locU':>6}"
+            f"{'locT':>6}{'flu pre>post':>13}{'ppl%':>7}{'succ%':>7}"
             f"{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
     lines = [head]
+    nan = float("nan")
     for r in results:
         q = r["quality"]
         med = r["loss_evals_median_success"]
         lines.append(f"{r['row']:<20}{r['n']:>5}{q['efficacy_acc']:>6.1f}{q['generalization_acc']:>6.1f}{q['locality_acc']:>6.1f}"
                      f"{q['efficacy_prob']:>6.1f}{q['generalization_prob']:>6.1f}{q['locality_prob']:>6.1f}"
+                     f"{q.get('locality_unchanged', nan):>6.1f}{q.get('locality_truth', nan):>6.1f}"
+                     f"{_fluency(q):>13}{q.get('perplexity_change_pct', nan):>7.2f}"
                      f"{r['success_rate']:>7.1f}{(med if med is not None else float('nan')):>11.0f}"
                      f"{r['sequences_mean']:>9.0f}{r['forward_calls_mean']:>7.0f}{r['backward_calls_mean']:>6.0f}"
                      f"{r['wall_per_edit_s']:>8.2f}{r['peak_rss_mb']:>8.0f}")
     return "\n".join(lines)
+
+
+def _fluency(q: dict) -> str:
+    """``"5.61>5.58"``: mean n-gram entropy before and after the edit, or ``-`` when not measured."""
+    pre, post = q.get("fluency_pre", float("nan")), q.get("fluency", float("nan"))
+    return "-" if pre != pre else f"{pre:.2f}>{post:.2f}"
 
 
 def cmd_bench(args) -> int:
@@ -194,11 +244,15 @@ def cmd_bench(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     layers = [int(x) for x in args.layers.split(",")] if args.layers else [layer]
     rows = parse_rows(args.rows, args.n)
+    if not args.no_ability:  # the held-out text's package, checked here for a clear error
+        from .corpora import LEE_FILE, data_file
+
+        data_file(LEE_FILE)
     results = []
     for lay in layers:
         for name, n in rows:
             log.warning("bench row %s at layer %d (%d requests)...", name, lay, n)
-            res = run_row(name, model_dir, req_file, n, lay, args.seed, out)
+            res = run_row(name, model_dir, req_file, n, lay, args.seed, out, ability=not args.no_ability)
             if len(layers) > 1:
                 res["row"] = f"{res['row']}@L{lay}"
             results.append(res)
@@ -221,4 +275,6 @@ def register(sub) -> None:
     sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--layers", help="comma-separated layers: run every row at each (a layer sweep)")
     sp.add_argument("--out", default="runs/bench")
+    sp.add_argument("--no-ability", action="store_true",
+                    help="skip fluency and held-out perplexity before/after each edit (faster)")
     sp.set_defaults(fn=cmd_bench)

@@ -25,6 +25,12 @@ Positions: ``subject_last`` (the subject's last token, located with
 :func:`mobiedit.prompts.subject_last_index`) and ``last`` (the prompt's last token). The low-level
 :func:`trace_prompt` takes any named token indices.
 
+**Window** (ROME's ``window=10`` for the MLP and attention traces): restoring a single MLP or
+attention output barely moves a deep model (each is a small share of the residual), so the ``mlp``
+and ``attn`` rows restore that state in a window of layers ``[l - w//2, l + w - w//2)`` clipped
+to the model, and report it at ``l``; ``resid`` always restores one layer. :func:`default_window`
+gives ROME's 10 on deep models and 1 (no window) on shallow ones.
+
 Differences from ROME's code: one noise sample per prompt (ROME averages 10), σ is the embedding
 matrix's standard deviation (ROME measures it on subject embeddings of a corpus), and prompts the
 model does not know are not filtered out. Randomness comes only from the ``torch.Generator`` the
@@ -52,6 +58,19 @@ log = logging.getLogger(__name__)
 
 STATES: tuple[str, ...] = ("resid", "mlp", "attn")
 POSITIONS: tuple[str, ...] = ("subject_last", "last")
+WINDOWED: frozenset[str] = frozenset({"mlp", "attn"})
+
+
+def default_window(layers: int) -> int:
+    """ROME's restoration window (10 layers) where the model is deep enough, a third of the depth
+    below that (1 on a 4-layer model: single-layer restoration)."""
+    return max(1, min(10, layers // 3))
+
+
+def window_layers(layer: int, window: int, layers: int) -> range:
+    """The layers restored for a windowed state reported at ``layer`` (ROME's
+    ``max(0, l - w//2) .. min(L, l - (-w//2))``)."""
+    return range(max(0, layer - window // 2), min(layers, layer - (-window // 2)))
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -187,7 +206,7 @@ class PromptTrace:
 
 @torch.inference_mode()
 def trace_prompt(model: torch.nn.Module, family: Family, prompt: TracePrompt, noise: torch.Tensor,
-                 positions: Mapping[str, int], states: Sequence[str] = STATES) -> PromptTrace:
+                 positions: Mapping[str, int], states: Sequence[str] = STATES, window: int = 1) -> PromptTrace:
     """Trace ``prompt``: one clean run, one corrupted run, and one batched restored run per layer.
 
     Args:
@@ -196,6 +215,7 @@ def trace_prompt(model: torch.nn.Module, family: Family, prompt: TracePrompt, no
             tokens in the corrupted and every restored run.
         positions: name → token index at which a state is restored (any index in the prompt).
         states: which of :data:`STATES` to restore.
+        window: layers restored together for the :data:`WINDOWED` states (1: one layer).
 
     Returns:
         :class:`PromptTrace` whose ``p_restored[s, p, l]`` restores ``states[s]`` of layer ``l``
@@ -234,7 +254,9 @@ def trace_prompt(model: torch.nn.Module, family: Family, prompt: TracePrompt, no
             with contextlib.ExitStack() as stack:
                 for i, s in enumerate(states):
                     rows = torch.arange(i * P, (i + 1) * P, device=device)
-                    stack.enter_context(rewrite_output(mods[layer][s], _restore(rows, pos, clean[layer][s])))
+                    span = window_layers(layer, window, L) if s in WINDOWED else (layer,)
+                    for j in span:
+                        stack.enter_context(rewrite_output(mods[j][s], _restore(rows, pos, clean[j][s])))
                 p_restored[:, :, layer] = _p_target(model, batch, prompt.target_id).view(S, P).cpu()
     return PromptTrace(p_clean=p_clean, p_corrupt=p_corrupt, p_restored=p_restored)
 
@@ -263,6 +285,7 @@ class TraceResult:
     skipped: int
     noise: float
     noise_std: float
+    window: int = 1
 
     @property
     def n_layers(self) -> int:
@@ -281,16 +304,18 @@ class TraceResult:
     def to_dict(self) -> dict:
         """JSON-ready form (``indirect_effect`` maps ``state@position`` to a per-layer list)."""
         return {"n": self.n, "skipped": self.skipped, "layers": self.n_layers, "noise": self.noise,
-                "noise_std": self.noise_std, "p_clean": self.p_clean, "p_corrupt": self.p_corrupt,
+                "noise_std": self.noise_std, "window": self.window, "p_clean": self.p_clean, "p_corrupt": self.p_corrupt,
                 "total_effect": self.total_effect, "states": list(self.states),
                 "positions": list(self.positions), "indirect_effect": dict(self.rows())}
 
 
 def trace_requests(model: torch.nn.Module, tok, family: Family, requests: Sequence[EditRequest], *,
                    generator: torch.Generator, noise: float = 3.0, states: Sequence[str] = STATES,
-                   positions: Sequence[str] = POSITIONS, progress: bool = False) -> TraceResult:
+                   positions: Sequence[str] = POSITIONS, progress: bool = False,
+                   window: int | None = None) -> TraceResult:
     """Causal trace averaged over ``requests`` (see the module docstring for the protocol).
 
+    ``window``: see the module docstring (``None``: :func:`default_window` of the model's depth).
     Each request draws one noise sample from ``generator`` (so equal generator states and equal
     requests give identical results). Requests without ``target_true`` are skipped and counted.
 
@@ -300,10 +325,14 @@ def trace_requests(model: torch.nn.Module, tok, family: Family, requests: Sequen
     """
     from tqdm import tqdm
 
+    if window is not None and window < 1:
+        raise ConfigError(f"window {window} is not a positive layer count", where="--window",
+                          fix="pass a number of layers >= 1 (ROME: 10), or omit it for the default")
     if not (noise > 0 and noise != float("inf")):
         raise ConfigError(f"noise scale {noise} is not a positive finite number", where="--noise",
                           fix="pass a multiple of the embedding std, e.g. 3.0 (ROME's value)")
     std = embedding_std(model, family)
+    window = default_window(n_layers(model, family)) if window is None else window
     width = get_module(model, family.embed).weight.shape[1]
     effects, p_clean, p_corrupt, skipped = [], [], [], 0
     for req in tqdm(requests, desc="causal trace", unit="prompt", disable=not progress):
@@ -312,7 +341,8 @@ def trace_requests(model: torch.nn.Module, tok, family: Family, requests: Sequen
             skipped += 1
             continue
         eps = sample_noise(len(prompt.subject), width, noise * std, generator)
-        tr = trace_prompt(model, family, prompt, eps, {p: prompt.position(p) for p in positions}, states)
+        tr = trace_prompt(model, family, prompt, eps, {p: prompt.position(p) for p in positions}, states,
+                          window=window)
         effects.append(tr.indirect_effect)
         p_clean.append(tr.p_clean)
         p_corrupt.append(tr.p_corrupt)
@@ -325,7 +355,7 @@ def trace_requests(model: torch.nn.Module, tok, family: Family, requests: Sequen
     n = len(effects)
     return TraceResult(states=tuple(states), positions=tuple(positions), effects=torch.stack(effects).mean(0),
                        p_clean=sum(p_clean) / n, p_corrupt=sum(p_corrupt) / n, n=n, skipped=skipped,
-                       noise=float(noise), noise_std=std)
+                       noise=float(noise), noise_std=std, window=window)
 
 
 # ----------------------------------------------------------------------------- layer choice
@@ -344,7 +374,7 @@ def choose_layer(result: TraceResult) -> tuple[int, str]:
     order = torch.argsort(eff, descending=True).tolist()
     best, second = order[0], order[1] if len(order) > 1 else order[0]
     reason = (f"causal trace over {result.n} known facts: MLP at the subject's last token has its largest "
-              f"indirect effect at layer {best} ({float(eff[best]):.4f}; runner-up layer {second} "
+              f"indirect effect at layer {best} (window {result.window}; {float(eff[best]):.4f}; runner-up layer {second} "
               f"{float(eff[second]):.4f}); P(true) clean {result.p_clean:.3f}, corrupted {result.p_corrupt:.3f}")
     return best, reason
 

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from .errors import ConfigError, MobiEditError
+from .termsafe import term_safe
 
 log = logging.getLogger("mobiedit")
 
@@ -94,6 +95,23 @@ def cmd_model(args) -> int:
     return 0
 
 
+def cmd_requests_known(args) -> int:
+    """Keep the requests whose true answer the model produces greedily (mobiedit.known)."""
+    import torch
+
+    from .known import scan_known, write_known
+    from .models import load_model
+
+    torch.set_num_threads(1)
+    lm = load_model(resolve_model(args))
+    scan = scan_known(lm.model, lm.tokenizer, args.sources, rule=args.rule, limit=args.limit,
+                      batch_size=args.batch_size, progress=not args.quiet)
+    print(scan.summary())
+    write_known(args.out, scan)
+    print(f"wrote {args.out} ({len(scan.records)} requests)")
+    return 0
+
+
 def cmd_pretrain(args) -> int:
     from .factlm import ensure_fact_lm
 
@@ -116,22 +134,28 @@ def cmd_edit(args) -> int:
     from .atomic import atomic_dir
     from .evaluate import aggregate, format_table, pre_edit_snapshot, score_request
     from .journal import Journal
+    from .journal_guard import check_journal_belongs
     from .models import load_model
-    from .session import edit_sequential, prepare
+    from .outputs import check_output_dir, mark_output, weights_bytes
+    from .session import check_fits, edit_sequential, prepare
 
     torch.set_num_threads(1)
     model_dir = resolve_model(args)
     reqs = load_cli_requests(args)
     cfg = method_config(args.method, edit_layer_for(model_dir, args.layer), args.config, args.seed)
+    out = check_output_dir(args.out, "edit", (model_dir, args.requests, args.config), args.overwrite,
+                           need_bytes=weights_bytes(model_dir))
     lm = load_model(model_dir)
-    out = Path(args.out)
-    if out.resolve() == model_dir.resolve():
-        raise ConfigError("output folder is the input model", where="--out", fix="write to a new folder")
+    check_fits(lm, reqs)
+    prior = Journal.open(model_dir / "journal") if (model_dir / "journal" / "journal.jsonl").is_file() else None
+    if prior is not None:
+        check_journal_belongs(prior, lm.model, lm.family)
     pres = [pre_edit_snapshot(lm.model, lm.tokenizer, r) for r in reqs]
     ctx = prepare(lm, cfg, args.seed, progress=not args.quiet)
     with atomic_dir(out) as tmp:
-        if (model_dir / "journal" / "journal.jsonl").is_file():
-            Journal.open(model_dir / "journal").copy_to(tmp / "journal")
+        if prior is not None:
+            prior.copy_to(tmp / "journal")
+        mark_output(tmp, "edit")
         journal = Journal.open(tmp / "journal")
         records = edit_sequential(lm, reqs, cfg, ctx, journal, force=args.force, progress=not args.quiet)
         lm.model.save_pretrained(tmp, safe_serialization=True)
@@ -141,7 +165,7 @@ def cmd_edit(args) -> int:
                 shutil.copy2(model_dir / extra, tmp / extra)
     failed = [r for r in records if not r.applied]
     for r in records:
-        print(f"{r.request.case_id}: {r.outcome.status} applied={r.applied} loss_evals={r.outcome.loss_evals} "
+        print(f"{term_safe(r.request.case_id)}: {r.outcome.status} applied={r.applied} loss_evals={r.outcome.loss_evals} "
               f"wall={r.outcome.wall_time:.2f}s")
     scores = [score_request(lm.model, lm.tokenizer, r, p) for r, p in zip(reqs, pres)]
     print(format_table(aggregate(scores), title=f"in-memory scores after {len(records) - len(failed)} edits"))
@@ -155,12 +179,15 @@ def cmd_eval(args) -> int:
 
     from .evaluate import aggregate, format_table, pre_edit_snapshot, score_request, scores_json
     from .models import load_model
-    from .session import base_model_of
+    from .outputs import check_output_file
+    from .session import base_model_of, check_fits
 
     torch.set_num_threads(1)
+    check_output_file(args.json, "--json")
     model_dir = resolve_model(args)
     reqs = load_cli_requests(args)
     lm = load_model(model_dir)
+    check_fits(lm, reqs)
     base = base_model_of(lm, model_dir / "journal")
     pres = [pre_edit_snapshot(base, lm.tokenizer, r) if base is not None else None for r in reqs]
     scores = [score_request(lm.model, lm.tokenizer, r, p) for r, p in zip(reqs, pres)]
@@ -198,8 +225,11 @@ def cmd_trace(args) -> int:
     reqs = load_requests(req_file)[: args.n]
     if len(reqs) < args.n:
         log.warning("%s holds %d requests; tracing all of them (--n %d)", req_file, len(reqs), args.n)
+    from .session import check_fits
+
+    check_fits(lm, reqs)
     result = trace_requests(lm.model, lm.tokenizer, lm.family, reqs, generator=torch.Generator().manual_seed(args.seed),
-                            noise=args.noise, progress=not args.quiet)
+                            noise=args.noise, progress=not args.quiet, window=args.window)
     title = f"causal trace of {lm.path} on {req_file.name} (seed {args.seed})"
     print(format_table(result, title=title))
     js, png = write_outputs(result, out, meta={"model": str(lm.path), "family": lm.family.name,
@@ -214,7 +244,7 @@ def cmd_trace(args) -> int:
     if args.write_profile:
         if not knows_facts(result):
             raise ConfigError("not writing a profile from a trace of facts the model does not know",
-                              where="--requests", fix="trace requests the model knows")
+                              where="--requests", fix="trace requests the model knows (`mobiedit requests known`)")
         from dataclasses import replace
 
         from .profile import ModelProfile, read_profile, write_profile
@@ -222,8 +252,20 @@ def cmd_trace(args) -> int:
         old = read_profile(lm.path)
         reason = f"{reason} (requests {req_file.name}, seed {args.seed})"
         prof = replace(old, edit_layer=layer, layer_reason=reason) if old else ModelProfile(
-            edit_layer=layer, layer_reason=reason, chat_template=bool(getattr(lm.tokenizer, "chat_template", None)))
+            edit_layer=layer, layer_reason=reason, chat_template=_has_chat_template(lm.tokenizer))
         print(f"wrote {write_profile(lm.path, prof)}")
+    return 0
+
+
+def _has_chat_template(tok) -> bool:
+    return bool(getattr(tok, "chat_template", None))
+
+
+def cmd_undo(args) -> int:
+    from .undo import undo_edit
+
+    entry = undo_edit(args.dir, args.edit_id)
+    print(f"undid edit {entry.id} ({term_safe(entry.request.get('case_id'))}) in {term_safe(args.dir)}")
     return 0
 
 
@@ -232,7 +274,8 @@ def cmd_quantize(args) -> int:
 
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
-    out = save_quantized(model_dir, args.out, layer, QuantConfig(args.scheme, head_dtype=args.head_dtype))
+    out = save_quantized(model_dir, args.out, layer, QuantConfig(args.scheme, head_dtype=args.head_dtype),
+                         overwrite=args.overwrite)
     print(f"wrote {out} ({args.scheme}; float islands: the layer-{layer} MLP output and the LM head, "
           f"head stored as {args.head_dtype})")
     return 0
@@ -260,6 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--list", action="store_true", help="list the known checkpoints")
     sp.set_defaults(fn=cmd_model)
 
+    sp = sub.add_parser("requests", help="request-set tools (`requests known`)")
+    rsub = sp.add_subparsers(dest="requests_cmd", required=True)
+    sp = rsub.add_parser("known", help="keep the requests whose true answer the model produces greedily")
+    sp.add_argument("--model", required=True, help="local Hugging Face model folder or checkpoint name")
+    sp.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE", help="request files")
+    sp.add_argument("--out", required=True, help="JSON file of the kept requests (flat form, written atomically)")
+    sp.add_argument("--limit", type=int, default=0, help="scan the first N records of each file (0: all)")
+    sp.add_argument("--rule", choices=("whole", "first-token"), default="whole",
+                    help="keep when the whole answer (default) or only its first token is produced")
+    sp.add_argument("--batch-size", type=int, default=16)
+    sp.set_defaults(fn=cmd_requests_known)
+
     sp = sub.add_parser("pretrain", help="train (or load the cached) fact LM")
     sp.add_argument("--preset", default="default"); sp.add_argument("--force", action="store_true")
     sp.set_defaults(fn=cmd_pretrain)
@@ -271,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out"); sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--force", action="store_true", help="apply edits that missed their success criterion")
     sp.add_argument("--bundle", help="edit a phone bundle through its edit program instead")
+    sp.add_argument("--overwrite", action="store_true",
+                    help="replace a non-empty --out folder that is not a previous `mobiedit edit` output")
     sp.set_defaults(fn=cmd_edit)
 
     sp = sub.add_parser("eval", help="score a (possibly edited) model on requests")
@@ -284,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="record the chosen layer (and why) in the model's mobiedit.json")
     sp.add_argument("--n", type=int, default=40, help="trace the first N requests")
     sp.add_argument("--noise", type=float, default=3.0, help="subject noise std, in units of the embedding std")
+    sp.add_argument("--window", type=int, help="layers restored together for the MLP/attention rows "
+                    "(default: ROME's 10, or a third of the depth on shallower models)")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", default="runs/trace", help="folder for trace.json and trace.png")
     sp.set_defaults(fn=cmd_trace)
@@ -292,12 +351,19 @@ def build_parser() -> argparse.ArgumentParser:
     g = sp.add_mutually_exclusive_group()
     g.add_argument("--model"); g.add_argument("--preset", default="default")
     sp.add_argument("--out", required=True, help="folder to write (replaced atomically)")
+    sp.add_argument("--overwrite", action="store_true",
+                    help="replace a non-empty --out folder that is not a previous `mobiedit quantize` output")
     sp.add_argument("--scheme", default="w8a16", choices=("w8a16", "w8a8"))
     sp.add_argument("--layer", type=int, help="the edit layer whose MLP output stays float")
     sp.add_argument("--head-dtype", default="bfloat16", choices=("bfloat16", "float32"),
                     help="storage of the LM head and embedding (computed in fp32 either way); bfloat16 halves "
                          "a big-vocabulary model's largest matrix")
     sp.set_defaults(fn=cmd_quantize)
+
+    sp = sub.add_parser("undo", help="undo one journaled edit of a model folder (`edit --out`) or a bundle")
+    sp.add_argument("dir", help="model folder written by `mobiedit edit --out`, or a bundle")
+    sp.add_argument("edit_id", type=int, help="journal id of the edit")
+    sp.set_defaults(fn=cmd_undo)
 
     from .bench import register as bench_register
     from .bench_prefix import register as prefix_register
@@ -322,7 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args) or 0)
     except MobiEditError as e:
-        print(f"mobiedit: error: {e}", file=sys.stderr)
+        print(f"mobiedit: error: {term_safe(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a read / write failure the command did not name itself
+        from .outputs import named_os_error
+
+        print(f"mobiedit: error: {term_safe(named_os_error(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mobiedit: interrupted", file=sys.stderr)

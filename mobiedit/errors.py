@@ -53,3 +53,8 @@ class NumericalError(MobiEditError):
 
 class EditFailedError(MobiEditError):
     """An edit missed its success criterion within budget and was not applied."""
+
+
+class FileSystemError(MobiEditError):
+    """Reading or writing a path failed (permission, read-only file system, full disk, wrong kind
+    of file); ``where`` is the path. See :func:`mobiedit.outputs.named_os_error`."""

@@ -27,7 +27,8 @@ use :func:`apply_factors` (or :meth:`Journal.bake`) to stay bit-identical.
 base + active edits), saves the model into DIR and :meth:`Journal.copy_to` ``DIR/journal``. A
 model loaded from DIR therefore already holds its edits: :meth:`Journal.apply_all` refuses it
 (it needs base weights), while :meth:`Journal.undo` and :meth:`Journal.bake` work because they
-start from ``base.safetensors``. One writer per journal at a time; no file locking.
+start from ``base.safetensors``. One writer per journal at a time: writers hold
+:func:`mobiedit.journal_lock.journal_lock` (the folder's ``.lock``, which :meth:`Journal.open` ignores).
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ from safetensors.torch import save as st_save
 from .atomic import atomic_dir, atomic_write_bytes, atomic_write_text, recover_dir, remove_stale_temps
 from .errors import JournalError, NumericalError
 from .families import FAMILIES, Family
+from .journal_lock import LOCK_FILE
+from .jsonio import JSONProblem, loads_strict
 from .requests import EditRequest
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,8 @@ BASE_FILE = "base.safetensors"
 VERSION = 1
 STATUSES = ("applied", "undone")
 RESTORE = "restore the journal folder from a backup"
+MAX_ID = 10**12  # bounds of journal numbers (exact in a double, so the app's reader agrees)
+MAX_DIM = 1 << 24
 
 
 def factors_name(edit_id: int) -> str:
@@ -126,9 +131,10 @@ def _entry_from_json(obj: Any, where: str) -> JournalEntry:
                                where=f"{where}, field '{name}'", fix=RESTORE)
     extra = sorted(set(obj) - set(kinds))
     checks = [("version", obj["version"] <= VERSION, "written by a newer mobiedit; upgrade"),
-              ("id", obj["id"] >= 1, "ids start at 1"),
-              ("layer", obj["layer"] >= 0, "layer index must be >= 0"),
-              ("d_out", obj["d_out"] >= 1 and obj["d_in"] >= 1, "sizes must be positive"),
+              ("id", 1 <= obj["id"] <= MAX_ID, f"ids are 1 .. {MAX_ID}"),
+              ("layer", 0 <= obj["layer"] <= MAX_DIM, f"layer index must be 0 .. {MAX_DIM}"),
+              ("d_out", 1 <= obj["d_out"] <= MAX_DIM, f"sizes must be 1 .. {MAX_DIM}"),
+              ("d_in", 1 <= obj["d_in"] <= MAX_DIM, f"sizes must be 1 .. {MAX_DIM}"),
               ("status", obj["status"] in STATUSES, f"status must be one of {STATUSES}"),
               ("factors", obj["factors"] == factors_name(obj["id"]),
                f"must be {factors_name(obj['id'])!r} (no other paths are allowed)"),
@@ -240,20 +246,24 @@ class Journal:
 
     # ------------------------------------------------------------------ reading
     @classmethod
-    def open(cls, folder: str | os.PathLike) -> "Journal":
+    def open(cls, folder: str | os.PathLike, readonly: bool = False) -> "Journal":
         """Open (or create, if missing or empty) a journal folder, validating every line and the
-        sha256 of every factors file. Raises JournalError naming the line / edit and field."""
+        sha256 of every factors file. Raises JournalError naming the line / edit and field.
+
+        ``readonly``: a reader's open — nothing is created, recovered or cleaned up on disk (a
+        missing journal is an empty one); the returned journal must not be written."""
         folder = Path(folder)
         path = folder / JOURNAL_FILE
-        if not folder.exists():
+        if not folder.exists() and not readonly:
             recover_dir(folder)  # a crash inside atomic_dir's non-atomic fallback left it aside
-        if folder.is_dir():
+        if folder.is_dir() and not readonly:
             remove_stale_temps(folder)  # temporaries of writers killed mid-write (never read)
         if not path.exists():
-            if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            if folder.exists() and (not folder.is_dir() or any(p.name != LOCK_FILE for p in folder.iterdir())):
                 raise JournalError(f"no {JOURNAL_FILE} in a non-empty folder", where=str(folder),
                                    fix="pass a journal folder, or a new/empty folder to start one")
-            atomic_write_text(path, "")
+            if not readonly:
+                atomic_write_text(path, "")
             return cls(folder, [])
         try:
             text = path.read_text(encoding="utf-8")
@@ -274,8 +284,8 @@ class Journal:
         entries: list[JournalEntry] = []
         for n, line in enumerate(lines[:-1], 1):
             try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError) as e:  # JSONDecodeError, too many digits, too deep
+                obj = loads_strict(line)
+            except JSONProblem as e:  # malformed, duplicate key, too many digits, too deep
                 raise JournalError(f"malformed JSON ({e})", where=f"{path}, line {n}",
                                    fix=RESTORE) from None
             entry = _entry_from_json(obj, f"{path}, line {n}")
@@ -408,8 +418,11 @@ class Journal:
                 raise JournalError(f"module {module_name!r} was edited as {p.family} [{p.d_out}x{p.d_in}]",
                                    where="record(), argument 'base_weight'", fix="use the same model")
             if not torch.equal(self.rebuild(module_name).to(base_weight.device), base_weight.detach()):
-                log.warning("record: %s does not hold base + active journal edits; undo/bake will "
-                            "rebuild it from the journal's base weight", module_name)
+                raise JournalError(f"{module_name} does not hold this journal's base weight + its active edits: "
+                                   "the journal belongs to another model (or the weight was changed outside it)",
+                                   where=f"{self.folder / JOURNAL_FILE}, edit {p.id}, field 'base_sha256'",
+                                   fix="edit with the journal written for this model, or start a new journal "
+                                       "(remove the folder's journal/)")
         else:
             base_sha = tensor_sha256(base_weight)
             self._store_base(module_name, base_weight)

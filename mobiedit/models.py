@@ -4,7 +4,6 @@ Only safetensors weights are accepted (a pickled ``pytorch_model.bin`` can run c
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -15,6 +14,8 @@ import torch
 from .atomic import recover_dir
 from .errors import ModelLoadError
 from .families import Family, check_supported, family_for
+from .jsonio import JSONProblem, loads_strict
+from .weights_check import check_config_against_weights, check_regular_files
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,15 @@ class LoadedModel:
 def read_config(path: str | os.PathLike) -> dict:
     """Read ``config.json`` of a model folder, with a clear error when it is missing or broken."""
     cfg_path = Path(path) / "config.json"
-    if not cfg_path.is_file():
+    if not cfg_path.exists():
         raise ModelLoadError("no config.json", where=str(path),
                              fix="pass a Hugging Face model folder (config.json, model.safetensors, tokenizer files)")
+    if not cfg_path.is_file() or cfg_path.stat().st_size > (16 << 20):
+        raise ModelLoadError("not a regular file of at most 16 MB", where=str(cfg_path),
+                             fix="restore the file from the original checkpoint")
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError
+        cfg = loads_strict(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, JSONProblem) as e:  # malformed, duplicate key, too deep, huge number
         raise ModelLoadError(f"config.json is not readable JSON ({type(e).__name__}: {_one_line(e)})",
                              where=str(cfg_path), fix="restore the file from the original checkpoint") from None
     if not isinstance(cfg, dict):
@@ -86,17 +90,18 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     The returned model is in eval mode with gradients disabled on every parameter (editing code
     enables what it needs explicitly).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     path = Path(path)
     if not path.exists():
         recover_dir(path)  # a crash inside atomic_dir's non-atomic fallback left the folder aside
     if not path.is_dir():
         raise ModelLoadError("model folder does not exist", where=str(path),
                              fix="pass a local folder; hub downloads are disabled")
+    check_regular_files(path)  # before any open: a FIFO would block, /dev/zero never end
     cfg = read_config(path)
     family = family_for(str(cfg.get("model_type", "")))
     _check_safe_weights(path)
+    check_config_against_weights(path, cfg, family)  # before transformers builds a module from cfg
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from .forward.quant import lower_loaded, read_sidecar
 
     side = read_sidecar(path)  # a `mobiedit quantize` folder with a bf16-stored head: load it narrow
@@ -107,6 +112,9 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
             trust_remote_code=False, output_loading_info=True)
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - any library failure on these files means "cannot load"
+        if "ignore_mismatched_sizes" in str(e):  # its text points at a report the CLI never shows
+            raise ModelLoadError("weights do not match config.json: tensor shapes differ", where=str(path),
+                                 fix="use the config.json that belongs to these weights") from None
         raise ModelLoadError(f"cannot load ({type(e).__name__}: {_one_line(e)})", where=str(path),
                              fix="check that the folder is a complete, uncorrupted HF checkpoint") from None
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):

@@ -103,3 +103,57 @@ def target_logprobs(logits: torch.Tensor, batch: TargetBatch) -> tuple[torch.Ten
     safe = batch.labels.clamp(min=0)
     tok_lp = logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * mask
     return tok_lp.sum(-1), mask.sum(-1)
+
+
+def position_limit(config) -> int | None:
+    """The model's position limit: ``max_position_embeddings`` (``n_positions`` for GPT-2), or None."""
+    for attr in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def template_reserve(tok, templates: list[str]) -> int:
+    """Tokens the longest context template adds in front of a prompt (0 for ``["{}"]``)."""
+    return max((len(prompt_ids(tok, t.replace("{}", "").strip())) for t in templates if t != "{}"), default=0)
+
+
+def _max_token_chars(tok) -> int:
+    try:
+        vocab = tok.get_vocab()
+    except Exception:  # noqa: BLE001 - a tokenizer without a vocabulary listing: no character bound
+        return 0
+    return max((len(t) for t in vocab), default=0)
+
+
+def check_request_lengths(tok, requests: list, limit: int | None, reserve: int = 0) -> None:
+    """Refuse, before any forward pass, a request whose longest row needs more than ``limit``
+    positions: each prompt (rewrite, paraphrases, neighbours) plus its longest answer, plus
+    ``reserve`` tokens of context template. ``limit`` None (no position limit) checks nothing.
+
+    A prompt longer in characters than ``limit`` times the tokenizer's longest token cannot fit
+    and is refused without being tokenised (a 1 MB subject fails in milliseconds). Raises
+    RequestError naming the request and field, worded like the bundle path's shape check.
+    """
+    if not limit:
+        return
+    char_bound = limit * _max_token_chars(tok)
+    for req in requests:
+        answers = [a for a in (req.target_new, req.target_true) if a]
+        rows = [("prompt", req.rewrite_prompt, answers)]
+        rows += [("paraphrase_prompts", p, [req.target_new]) for p in req.paraphrase_prompts]
+        rows += [("neighborhood_prompts", p, [a]) for p, a in zip(req.neighborhood_prompts, req.neighborhood_answers)]
+        for field, text, targets in rows:
+            where = f"request {req.case_id!r}, field '{field}'"
+            fix = ("shorten the prompt / subject / target to fit, or use a model with more positions "
+                   "(max_position_embeddings)")
+            longest = max([len(text)] + [len(text) + len(t) + 1 for t in targets])
+            if char_bound and longest > char_bound:
+                raise RequestError(f"this request is {longest} characters long; the model has {limit} positions",
+                                   where=where, fix=fix)
+            need = len(prompt_ids(tok, text)) + max((len(target_ids(tok, t)) for t in targets), default=0) + reserve
+            if need > limit:
+                raise RequestError(f"this request needs {need} positions (prompt + target"
+                                   + (f" + {reserve} of context template" if reserve else "")
+                                   + f"); the model has {limit} positions", where=where, fix=fix)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from .atomic import atomic_write_text
 from .errors import RequestError
+from .jsonio import DuplicateKeyError, JSONProblem, loads_strict
 
 log = logging.getLogger(__name__)
 
@@ -345,8 +346,10 @@ def _read_records(path: Path) -> list[Any]:
     if not text.strip():
         raise RequestError("file is empty", where=where, fix="write a JSON list of request records")
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as first:  # JSONDecodeError, too many digits, too deep
+        data = loads_strict(text)
+    except DuplicateKeyError as e:
+        raise RequestError(str(e), where=where, fix="remove the repeated key (JSON would keep only the last)") from None
+    except JSONProblem as first:  # malformed, too many digits, too deep
         if not text.lstrip().startswith("{"):
             raise RequestError(f"not valid JSON ({first})", where=where,
                                fix="write a JSON list or JSON Lines (one object per line)") from None
@@ -355,8 +358,11 @@ def _read_records(path: Path) -> list[Any]:
             if not line.strip():
                 continue
             try:
-                data.append(json.loads(line))
-            except (ValueError, RecursionError) as e:
+                data.append(loads_strict(line))
+            except DuplicateKeyError as e:
+                raise RequestError(f"line {n}: {e}", where=where,
+                                   fix="remove the repeated key (JSON would keep only the last)") from None
+            except JSONProblem as e:
                 raise RequestError(f"neither JSON nor JSON Lines: line {n} is not valid JSON ({e})",
                                    where=where, fix="fix or remove that line") from None
         return data

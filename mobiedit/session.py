@@ -16,6 +16,7 @@ from typing import Iterator, Union
 import torch
 from tqdm import tqdm
 
+from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
 from .forward.stream import lower_layers_paged_out
@@ -32,27 +33,92 @@ log = logging.getLogger(__name__)
 MethodConfig = Union[ROMEConfig, MobiEditConfig]
 
 
-def stats_texts_for(lm: LoadedModel) -> list[str]:
-    """The corpus for key statistics: the fact LM's own pretraining corpus, else the bundled
-    CounterFact prompts with their answers (a small generic text sample)."""
-    from .factlm.pipeline import corpus_of, load_records
+#: tokens of natural text behind a real model's key statistics (the field asks >= 100k)
+STATS_TOKENS = 131_072
+#: longest statistics text, in tokens (longer texts are cut; rome.stats truncates there too)
+STATS_MAX_LEN = 256
 
-    own = corpus_of(lm.path)
-    if own is not None:
-        return own
-    recs, train = load_records()
-    return [f"{r['prompt']} {r['ground_truth']}" for r in recs + train[:3000]]
+
+@dataclass(frozen=True)
+class StatsCorpus:
+    """The key-statistics text and where it came from (``source``: name, version, licence, file;
+    recorded in the statistics cache's metadata)."""
+
+    texts: list[str]
+    source: dict
+
+
+def stats_texts_for(lm: LoadedModel, budget: int = STATS_TOKENS) -> list[str]:
+    """The texts of :func:`stats_corpus_for`."""
+    return stats_corpus_for(lm, budget).texts
+
+
+def stats_corpus_for(lm: LoadedModel, budget: int = STATS_TOKENS) -> StatsCorpus:
+    """The text behind the key statistics ``C = E[k kᵀ]``, chosen by the model profile's
+    ``stats_corpus`` (``mobiedit.json``):
+
+    * ``file:NAME`` — the lines of that file in the model folder (the fact LM's pretraining corpus);
+    * ``wikipedia`` — natural Wikipedia text (:mod:`mobiedit.corpora`), paragraphs packed into
+      chunks of at most :data:`STATS_MAX_LEN` tokens, the first ``budget`` tokens;
+    * ``counterfact`` — the bundled CounterFact prompts with their answers (a small fallback).
+
+    Without a profile: the fact LM's corpus file when the folder has one, else ``wikipedia``.
+    Every text is at most :data:`STATS_MAX_LEN` tokens (longer lines are cut, not truncated away).
+    """
+    from .corpora import chunk_texts, source_info, wikipedia_texts
+    from .errors import ConfigError
+    from .factlm.pipeline import CORPUS_FILE, load_records
+    from .profile import PROFILE_FILE, read_profile
+
+    prof = read_profile(lm.path)
+    if prof is not None:
+        src = prof.stats_corpus
+    else:
+        src = f"file:{CORPUS_FILE}" if (lm.path / CORPUS_FILE).is_file() else "wikipedia"
+    log.info("key statistics corpus of %s: %s", lm.path, src)
+    if src == "wikipedia":
+        info = source_info()
+        texts = chunk_texts(lm.tokenizer, wikipedia_texts(), STATS_MAX_LEN, pack=True, budget=budget)
+        return StatsCorpus(texts, {"name": "wikipedia", "package": info["package"], "version": info["version"],
+                                   "file": info["wikipedia"], "licence": info["wikipedia_licence"],
+                                   "budget_tokens": budget})
+    if src == "counterfact":
+        recs, train = load_records()
+        return StatsCorpus([f"{r['prompt']} {r['ground_truth']}" for r in recs + train[:3000]],
+                           {"name": "counterfact", "package": "mobiedit (bundled)", "licence": "MIT (ROME's CounterFact)"})
+    path = lm.path / src[len("file:"):]
+    if not path.is_file():
+        raise ConfigError(f"stats_corpus names {path.name}, which is not in the model folder",
+                          where=f"{lm.path / PROFILE_FILE}, field 'stats_corpus'",
+                          fix="copy the file beside the model, or set stats_corpus to 'wikipedia'")
+    return StatsCorpus(_cut_long(lm.tokenizer, path.read_text(encoding="utf-8").split("\n")),
+                       {"name": src, "file": path.name})
+
+
+def _cut_long(tok, lines: list[str]) -> list[str]:
+    """``lines`` unchanged, except that a line over :data:`STATS_MAX_LEN` tokens becomes its pieces."""
+    from .corpora import chunk_texts
+
+    if not lines:
+        return lines
+    lengths = [len(ids) for ids in tok(lines, add_special_tokens=False)["input_ids"]]
+    out: list[str] = []
+    for line, n in zip(lines, lengths):
+        out += chunk_texts(tok, [line], STATS_MAX_LEN, pack=False) if n > STATS_MAX_LEN - 2 else [line]
+    return out
 
 
 def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = False) -> ModelContext:
     """Context templates (seeded) and key statistics of the edit layer. A config that pages out
     the lower layers (:mod:`mobiedit.forward.stream`) does so here as well."""
     mom2 = getattr(cfg, "mom2_adjustment", True)
-    texts = stats_texts_for(lm) if mom2 else None
+    corpus = stats_corpus_for(lm) if mom2 else None
     paging = lower_layers_paged_out(lm.model, lm.family, cfg.layer) \
         if getattr(cfg, "page_out_lower", False) and getattr(cfg, "prefix_reuse", False) else nullcontext()
     with paging:
-        return prepare_context(lm, [cfg.layer], cfg.context, texts, torch.Generator().manual_seed(seed), progress)
+        return prepare_context(lm, [cfg.layer], cfg.context, corpus.texts if corpus else None,
+                               torch.Generator().manual_seed(seed), progress,
+                               stats_source=corpus.source if corpus else None)
 
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
@@ -66,7 +132,7 @@ def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelC
 @contextmanager
 def step_progress(req: EditRequest, enabled: bool) -> Iterator[StepFn | None]:
     """A second progress line under the per-request bar: step and loss of the running edit (one
-    ROME edit of a 135M model takes minutes on one core)."""
+    ROME edit of a 135M model takes tens of seconds; a forward-only one minutes)."""
     if not enabled:
         yield None
         return
@@ -90,6 +156,15 @@ def apply_outcome(lm: LoadedModel, out: EditOutcome) -> None:
         weight.copy_(apply_factors(weight, out.u, out.w, lm.family.weight_out_in))
 
 
+def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | None = None) -> None:
+    """Refuse (RequestError), before any forward pass, a request longer than the model's positions
+    (with the longest context template of ``ctx``); see :func:`mobiedit.prompts.check_request_lengths`."""
+    from .prompts import check_request_lengths, position_limit, template_reserve
+
+    reserve = template_reserve(lm.tokenizer, ctx.templates) if ctx is not None else 0
+    check_request_lengths(lm.tokenizer, reqs, position_limit(lm.model.config), reserve)
+
+
 @dataclass
 class EditRecord:
     """One request of a run: its outcome, whether it was applied, and its scores."""
@@ -103,6 +178,7 @@ class EditRecord:
 def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig, ctx: ModelContext,
                     journal: Journal | None, force: bool = False, progress: bool = True) -> list[EditRecord]:
     """Edit ``reqs`` in order on ``lm`` (modified in place), journaling applied edits."""
+    check_fits(lm, reqs, ctx)
     out: list[EditRecord] = []
     for req in tqdm(reqs, desc="edit", disable=not progress):
         with step_progress(req, progress) as on_step:
@@ -122,17 +198,20 @@ def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig,
 
 
 def edit_independent(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig, ctx: ModelContext,
-                     progress: bool = True, fwd_model: torch.nn.Module | None = None) -> list[EditRecord]:
-    """Edit each request on the unedited model, score it, restore the weight bit-exactly."""
+                     progress: bool = True, fwd_model: torch.nn.Module | None = None,
+                     ability: AbilityProbe | None = None) -> list[EditRecord]:
+    """Edit each request on the unedited model, score it, restore the weight bit-exactly.
+    ``ability`` (built on the unedited model at the edit layer) adds fluency and perplexity."""
+    check_fits(lm, reqs, ctx)
     out: list[EditRecord] = []
     for req in tqdm(reqs, desc="edit+eval", disable=not progress):
-        pre = pre_edit_snapshot(lm.model, lm.tokenizer, req)
+        pre = pre_edit_snapshot(lm.model, lm.tokenizer, req, ability)
         with step_progress(req, progress) as on_step:
             res = run_method(lm, req, cfg, ctx, fwd_model, on_step)
         weight = get_module(lm.model, lm.family.mlp_out, res.layer).weight
         saved = weight.detach().clone()
         apply_outcome(lm, res)
-        scores = score_request(lm.model, lm.tokenizer, req, pre)
+        scores = score_request(lm.model, lm.tokenizer, req, pre, ability)
         with torch.no_grad():
             weight.copy_(saved)
         out.append(EditRecord(req, res, True, scores))
@@ -145,7 +224,10 @@ def base_model_of(lm: LoadedModel, journal_dir: Path) -> torch.nn.Module | None:
 
     if not (journal_dir / "journal.jsonl").is_file():
         return None
+    from .journal_guard import check_journal_belongs
+
     j = Journal.open(journal_dir)
+    check_journal_belongs(j, lm.model, lm.family)  # a foreign journal's base is not this model's
     base = copy.deepcopy(lm.model)
     for module in {e.module for e in j.entries()}:
         with torch.no_grad():

@@ -79,3 +79,13 @@ def tiny_llama_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_llama_only")
     _save_tiny("llama", path)
     return path
+
+
+@pytest.fixture(scope="session")
+def kill_bundle_base(tiny_llama_dir, tmp_path_factory):
+    """A small ONNX Runtime fp32 bundle of the tiny llama (the kill harness's shapes, 8 slots),
+    exported once per session (about 15 s); tests copy it before changing anything."""
+    from mobiedit.export.bundle import export_bundle
+    from mobiedit.reliability.kill_bundle import bundle_config
+
+    return export_bundle(tiny_llama_dir, tmp_path_factory.mktemp("kill_bundle") / "base", bundle_config("onnxruntime"))

@@ -44,6 +44,26 @@ def test_bench_writes_json_and_png_with_per_row_counts(tiny_llama_dir, tmp_path,
     assert "fzoo" in capsys.readouterr().out
 
 
+def test_bench_reports_both_localities_fluency_and_perplexity(small_fact_lm, tmp_path, capsys):
+    """The field's columns on the fact LM: probability convention, locality unchanged-vs-unedited
+    and vs the ground truth, fluency and held-out perplexity before/after — in the table and JSON."""
+    out = tmp_path / "b"
+    rc = main(["bench", "--model", str(small_fact_lm), "--rows", "rome:2", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert all(col in text for col in ("locU", "locT", "flu pre>post", "ppl%"))
+    q = json.loads((out / "bench.json").read_text())["rows"][0]["quality"]
+    for k in ("efficacy_prob", "generalization_prob", "locality_unchanged", "locality_truth"):
+        assert 0.0 <= q[k] <= 100.0, k
+    assert q["fluency_pre"] > 0 and q["fluency"] > 0
+    assert q["perplexity_pre"] > 1 and q["perplexity"] > 1
+    assert q["perplexity_change_pct"] == pytest.approx(100 * (q["perplexity"] / q["perplexity_pre"] - 1), abs=1e-6)
+    assert q["perplexity"] != q["perplexity_pre"]  # the edit of the layer is seen by the probe
+    rc = main(["bench", "--model", str(small_fact_lm), "--rows", "rome:1", "--no-ability", "--out", str(out)])
+    q = json.loads((out / "bench.json").read_text())["rows"][0]["quality"]
+    assert rc == 0 and q["fluency_pre"] != q["fluency_pre"]  # NaN: not measured
+
+
 def test_prefix_flop_model_counts_only_the_suffix(tiny_llama_dir):
     """The theoretical ratio grows with the share of work below the edit layer and before the
     subject: editing layer 0 leaves more to recompute than editing the last layer."""

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from mobiedit.causal_trace import (POSITIONS, STATES, embedding_std, format_table, prepare_prompt, sample_noise,
+from mobiedit.causal_trace import (POSITIONS, STATES, default_window, embedding_std, window_layers, format_table, prepare_prompt, sample_noise,
                                    subject_token_range, trace_prompt, trace_requests)
 from mobiedit.errors import ConfigError
 from mobiedit.families import get_module, hidden_size, n_layers
@@ -75,6 +75,25 @@ def test_restoring_before_the_subject_has_no_effect(tiny_model_dir):
     assert tr.indirect_effect[:, 0].abs().max().item() < 1e-6
     # while restoring the corrupted subject's residual does move P
     assert tr.indirect_effect[STATES.index("resid"), 1].abs().max().item() > 1e-3
+
+
+def test_window_is_romes_and_restores_every_layer_of_it(tiny_model_dir):
+    assert list(window_layers(17, 10, 48)) == list(range(12, 22))  # ROME: max(0, l - w//2) .. l - (-w//2)
+    assert list(window_layers(0, 10, 30)) == list(range(0, 5)) and list(window_layers(29, 10, 30)) == list(range(24, 30))
+    assert list(window_layers(3, 1, 4)) == [3]
+    assert default_window(48) == 10 and default_window(30) == 10 and default_window(18) == 6 and default_window(4) == 1
+    lm = _sharp_model(tiny_model_dir)
+    prompt, eps = _prompt_and_noise(lm)
+    L = n_layers(lm.model, lm.family)
+    pos = {"subject_last": prompt.subject[-1]}
+    one = trace_prompt(lm.model, lm.family, prompt, eps, pos)
+    wide = trace_prompt(lm.model, lm.family, prompt, eps, pos, window=4 * L)
+    m, r = STATES.index("mlp"), STATES.index("resid")
+    # a window covering the whole model restores the same set of MLP outputs at every reported layer
+    assert torch.allclose(wide.p_restored[m, 0], wide.p_restored[m, 0, :1].expand(L), atol=1e-6)
+    # and differs from single-layer restoration; the residual rows never use the window
+    assert not torch.allclose(wide.p_restored[m, 0], one.p_restored[m, 0], atol=1e-6)
+    assert torch.equal(wide.p_restored[r], one.p_restored[r])
 
 
 def test_shapes_and_report(tiny_llama_dir):

@@ -31,16 +31,6 @@ from mobiedit.reliability.killtest import (
 )
 
 
-@pytest.fixture(scope="session")
-def kill_bundle_base(tiny_llama_dir, tmp_path_factory):
-    """The bundle writer's base bundle (ONNX Runtime fp32, kill_bundle's small shapes), exported once
-    per session (about 15 s)."""
-    from mobiedit.export.bundle import export_bundle
-    from mobiedit.reliability.kill_bundle import bundle_config
-
-    return export_bundle(tiny_llama_dir, tmp_path_factory.mktemp("kill_bundle") / "base", bundle_config("onnxruntime"))
-
-
 def _run_killed_at(n: int, after: bool, write, fallback: bool = False, timeout: float = 60.0) -> int:
     """Run ``write()`` in a forked child that SIGKILLs itself at its n-th commit call; return the
     child's exit code (-9 when killed, 0 when the write finished first)."""
@@ -436,7 +426,7 @@ def test_bundle_checks_catch_damage_and_a_non_atomic_journal_write(tmp_path, kil
 def test_killtest_harness_24_kills(tmp_path, tiny_llama_dir, kill_bundle_base):
     report = tmp_path / "kill.json"
     r = subprocess.run([sys.executable, "-m", "mobiedit.reliability.killtest", "--edit", "2", "--edit-fallback", "1",
-                        "--journal", "17", "--bundle", "4", "--model", str(tiny_llama_dir),
+                        "--journal", "17", "--bundle", "4", "--bundle-race", "0", "--model", str(tiny_llama_dir),
                         "--bundle-base", str(kill_bundle_base), "--work", str(tmp_path / "work"),
                         "--json", str(report), "--quiet", "--seed", "1"],
                        capture_output=True, text=True, timeout=900,

@@ -13,14 +13,16 @@ import stat
 import pytest
 import torch
 
-from mobiedit.errors import BundleError
+from mobiedit.errors import BundleError, ConfigError
 from mobiedit.families import get_module
 from mobiedit.forward.prefix import compute_prefix_state
 from mobiedit.journal import Journal, apply_factors
 from mobiedit.models import load_model
+from mobiedit.outputs import MARKER
 from mobiedit.requests import EditRequest
 from mobiedit.rome.config import ContextConfig, ObjectiveConfig
 from mobiedit.rome.context import build_edit_inputs
+from mobiedit.termsafe import term_safe
 from mobiedit.zo import ZOConfig
 
 from mobiedit.export.bundle import export_bundle, load_bundle
@@ -101,7 +103,9 @@ def test_manifest_lists_every_file(tiny_model_dir, bundles):
         m = b.manifest
         assert m["format_version"] == 1 and m["model_family"] == "llama"
         assert m["edit_module"] == "model.layers.1.mlp.down_proj"
-        on_disk = {p.name for p in path.iterdir() if p.is_file()} - {"manifest.json"}
+        # the output marker (which command wrote the folder, for the --out gate) is not content
+        on_disk = {p.name for p in path.iterdir() if p.is_file()} - {"manifest.json", MARKER}
+        assert (path / MARKER).is_file()
         assert set(m["files"]) == on_disk
         umask = os.umask(0o022)
         os.umask(umask)
@@ -110,6 +114,7 @@ def test_manifest_lists_every_file(tiny_model_dir, bundles):
         assert {"prefill", "decode", "edit", "prefix"} == set(m["programs"])
         assert (path / "journal" / "journal.jsonl").is_file() and "journal" not in m["files"]
         assert len(m["edit"]["templates"]) == 3
+        assert m["chat"] is None  # the tiny tokenizer has no chat template (tests/test_export_chat.py)
         ks = b.keystats()
         assert ks["c_inv"].shape == (128, 128) and torch.equal(ks["c_inv"], ks["c_inv"].T)
         assert ks["base_weight"].shape == (64, 128)
@@ -286,9 +291,29 @@ def test_cli_run_and_undo(bundles, tmp_path, capsys):
     register(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["run", str(bundles["onnx"]), "--prompt", PROMPT, "--max-new-tokens", "5"])
     assert args.fn(args) == 0
-    assert capsys.readouterr().out.strip("\n") == run_bundle(bundles["onnx"], PROMPT, 5)
+    # generated text reaches the terminal escaped (control and bidi characters as \\xNN)
+    assert capsys.readouterr().out.strip("\n") == term_safe(run_bundle(bundles["onnx"], PROMPT, 5), keep_newlines=True)
     args = parser.parse_args(["export", "--model", "m", "--out", "o", "--runtime", "onnxruntime"])
     assert args.quant is None and args.fn.__name__ == "cmd_export"
+    args = parser.parse_args(["run", str(bundles["onnx"]), "--prompt", PROMPT, "--chat"])
+    with pytest.raises(ConfigError, match="no chat template"):
+        args.fn(args)
+
+
+def test_measure_bundle_against_its_source_model(tiny_model_dir, bundles):
+    """``mobiedit bench-export --bundle``: sizes from the manifest and the source folder, both
+    decode speeds measured in the same call (positive; no timing is asserted)."""
+    from mobiedit.export.bench import measure_bundle
+
+    f = measure_bundle(bundles["et"], tiny_model_dir, PROMPT, decode_tokens=4)
+    m = load_bundle(bundles["et"]).manifest
+    assert f["fp32_safetensors_bytes"] == sum(p.stat().st_size for p in tiny_model_dir.glob("*.safetensors"))
+    assert f["bundle_bytes"] == sum(e["bytes"] for e in m["files"].values())
+    assert f["bundle_programs_bytes"] == m["files"]["model.pte"]["bytes"]
+    assert f["size_ratio"] == round(f["bundle_bytes"] / f["fp32_safetensors_bytes"], 3)
+    assert min(f[k] for k in ("decode_tokens_per_s_bundle", "decode_tokens_per_s_eager_fp32",
+                              "generate_tokens_per_s_bundle", "generate_tokens_per_s_eager_fp32")) > 0
+    json.dumps(f)
 
 
 def test_fit_edit_shapes_takes_a_request_the_exported_shapes_refuse(et_quant):
@@ -308,3 +333,19 @@ def test_fit_edit_shapes_takes_a_request_the_exported_shapes_refuse(et_quant):
     assert fitted.quant == cfg.quant and fitted.edit == cfg.edit  # only the shapes change
     pack_edit(inputs, fitted.edit_shapes, obj)
     assert fit_edit_shapes(prep, fitted, [REQUEST, long]) == fitted
+
+
+def test_run_on_an_executorch_bundle_prints_no_cpuinfo_lines_and_writes_nothing(bundles, tmp_path):
+    """Issue 19 case 11: `mobiedit run` printed ExecuTorch's "[cpuinfo_utils.cpp:..] Failed to open
+    midr file" lines on every call, and created a missing journal/ (a reader must not write)."""
+    import subprocess
+    import sys
+
+    b = tmp_path / "b"
+    shutil.copytree(bundles["et"], b)
+    shutil.rmtree(b / "journal")
+    r = subprocess.run([sys.executable, "-m", "mobiedit.cli", "--quiet", "run", str(b), "--prompt", PROMPT,
+                        "--max-new-tokens", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr[-2000:]
+    assert "cpuinfo" not in r.stdout + r.stderr and "midr" not in r.stdout + r.stderr, r.stderr[-2000:]
+    assert not (b / "journal").exists()

@@ -24,6 +24,7 @@ BUDGET = {  # examples per target in CI (~2,000 in total, ~15 s)
     "requests.file": 300, "requests.counterfact_rome": 250, "requests.counterfact_flat": 250,
     "requests.zsre": 250, "requests.cli": 100, "requests.from_dict": 100, "journal": 250,
     "native.x0": 150, "native.losses": 150, "native.rank_one": 100, "native.raw": 150, "bundle.manifest": 200,
+    "bundle.manifest_hostile": 80, "journal.hostile": 80, "model.config": 80,
 }
 
 

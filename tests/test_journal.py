@@ -174,14 +174,20 @@ def test_record_metrics_config_and_validation(tmp_path):
     assert entry.id == 2 and entry.family == "llama" and entry.request == {"free": "form"}
 
 
-def test_record_warns_when_model_drifted(tmp_path, caplog):
+def test_record_refuses_a_model_that_drifted_from_the_journal(tmp_path):
+    """Issue 19 case 4: a weight that is not base + active edits (changed outside the journal, or
+    the journal of another model) is refused, not warned about; nothing is written."""
     model, gen = tiny_llama(), torch.Generator().manual_seed(0)
     j = Journal.open(tmp_path / "j")
     do_edit(j, model, LLAMA, 0, gen)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "j").iterdir()}
     with torch.no_grad():
         edit_weight(model, LLAMA, 0).add_(1.0)  # change outside the journal
-    do_edit(j, model, LLAMA, 0, gen)
-    assert "does not hold base + active journal edits" in caplog.text
+    with pytest.raises(JournalError, match="belongs to another model") as err:
+        do_edit(j, model, LLAMA, 0, gen)
+    assert "field 'base_sha256'" in str(err.value) and "journal.jsonl" in str(err.value)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "j").iterdir()} == before
+    assert len(j.entries()) == 1
 
 
 def test_crash_before_journal_write_leaves_old_journal(tmp_path, monkeypatch):

@@ -252,8 +252,8 @@ def test_cli_nan_statistics_exit_2_and_write_nothing(tiny_llama_dir, tmp_path, c
     from mobiedit.rome import stats
 
     monkeypatch.setenv("MOBIEDIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(stats, "second_moment", lambda model, family, layer, *a, **k: torch.full(
-        (model.get_submodule(family.mlp_out.format(layer)).weight.shape[1],) * 2, NAN))
+    monkeypatch.setattr(stats, "second_moment_counted", lambda model, family, layer, *a, **k: (torch.full(
+        (model.get_submodule(family.mlp_out.format(layer)).weight.shape[1],) * 2, NAN), 1))
     before = folder_digest(tiny_llama_dir)
     out = tmp_path / "runs" / "out"
     rc = _cli("edit", "--model", str(tiny_llama_dir), "--subject", "Danielle Darrieux", "--prompt",

@@ -30,7 +30,9 @@ def test_prefix_graph_equals_full_forward(tiny_model_dir):
         lp, cp = PrefixGraph(lm.model, lm.family, st, cfg)(deltas)
         lf, cf = FullGraph(lm.model, lm.family, layer, inputs, st, cfg)(deltas)
         assert lp.shape == (4,) and cp.shape == (4, len(TEMPLATES))
-        assert torch.allclose(lp, lf, atol=1e-5, rtol=0), (lp, lf)
+        # two fp32 paths (cached prefix vs full sequence) agree to rounding: losses reach ~190 at
+        # delta = 3 |v|, where one fp32 ulp is 1.5e-5, so the bound is relative beyond atol
+        assert torch.allclose(lp, lf, atol=1e-5, rtol=1e-6), (lp - lf).abs().max()
         assert torch.equal(cp, cf)
         # the delta matters: different deltas give different losses
         assert (lp.max() - lp.min()) > 1e-4

@@ -144,22 +144,22 @@ def _config(**kw):
 
 
 DAMAGE = {
-    "garbage weights": (lambda f: (f / "model.safetensors").write_bytes(b"\x00" * 100), "cannot load"),
+    "garbage weights": (lambda f: (f / "model.safetensors").write_bytes(b"\x00" * 100), "not a safetensors file"),
     "truncated weights": (lambda f: (f / "model.safetensors").write_bytes(
         (f / "model.safetensors").read_bytes()[:50_000]), "cannot load"),
-    "huge header": (lambda f: (f / "model.safetensors").write_bytes(struct.pack("<Q", 2**60) + b"{}"), "cannot load"),
-    "empty weights": (lambda f: (f / "model.safetensors").write_bytes(b""), "cannot load"),
+    "huge header": (lambda f: (f / "model.safetensors").write_bytes(struct.pack("<Q", 2**60) + b"{}"), "not a safetensors file"),
+    "empty weights": (lambda f: (f / "model.safetensors").write_bytes(b""), "not a safetensors file"),
     "missing tensor": (lambda f: _rewrite_weights(f, _drop_down_proj), "missing keys"),
     "NaN weight": (lambda f: _rewrite_weights(f, _nan_down_proj), "contains NaN/Inf"),
-    "fewer layers in config": (_config(num_hidden_layers=2), "unexpected keys"),
-    "wrong width in config": (_config(vocab_size=1000), "cannot load"),
-    "wrong field type in config": (_config(hidden_size="big"), "cannot load"),
+    "fewer layers in config": (_config(num_hidden_layers=2), "num_hidden_layers = 2, but the weights hold layers"),
+    "wrong width in config": (_config(vocab_size=1000), "vocab_size = 1000, but the weights"),
+    "wrong field type in config": (_config(hidden_size="big"), "field 'hidden_size': invalid value"),
     "config not an object": (lambda f: (f / "config.json").write_text("[1, 2]"), "not an object"),
     "config not UTF-8": (lambda f: (f / "config.json").write_bytes(b"\xff\xfe{"), "not readable JSON"),
     "config nested too deep": (lambda f: (f / "config.json").write_text("[" * 100_000), "not readable JSON"),
     "tokenizer garbage": (lambda f: (f / "tokenizer.json").write_text("{garbage"), "cannot load"),
     "weights are a folder": (lambda f: ((f / "model.safetensors").unlink(), (f / "model.safetensors").mkdir()),
-                             "cannot load"),
+                             "not a regular file"),
 }
 
 

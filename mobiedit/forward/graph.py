@@ -121,6 +121,11 @@ class PrefixGraph(torch.nn.Module):
         parts = [self._chunk(deltas[i:i + self.k_chunk]) for i in range(0, deltas.shape[0], self.k_chunk)]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
+    def differentiable(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward`'s arithmetic with autograd allowed (the backprop baseline on the same
+        graph, ``rome-lean``): gradients reach ``deltas`` only if it requires them."""
+        return self._chunk(deltas)
+
     def _chunk(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         st = self.state
         K = deltas.shape[0]

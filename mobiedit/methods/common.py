@@ -33,17 +33,19 @@ class ModelContext:
 
 
 def prepare_context(lm: LoadedModel, layers: list[int], context: ContextConfig, stats_texts: list[str] | None,
-                    generator: torch.Generator, progress: bool = False) -> ModelContext:
+                    generator: torch.Generator, progress: bool = False,
+                    stats_source: dict | None = None) -> ModelContext:
     """Generate context templates (from ``generator``) and load/compute C for each layer.
 
-    ``stats_texts`` None disables the mom2 adjustment (C = I, ROME's ``mom2_adjustment=False``).
+    ``stats_texts`` None disables the mom2 adjustment (C = I, ROME's ``mom2_adjustment=False``);
+    ``stats_source`` (corpus name, version, licence) is recorded in the statistics cache.
     """
     templates = generate_context_templates(lm.model, lm.tokenizer, context, generator)
     ctx = ModelContext(templates=templates)
     if stats_texts is not None:
         for layer in layers:
             ctx.mom2[layer] = cached_second_moment(lm.model, lm.family, layer, lm.tokenizer, stats_texts,
-                                                   Path(lm.path), progress=progress)
+                                                   Path(lm.path), progress=progress, source=stats_source)
     return ctx
 
 

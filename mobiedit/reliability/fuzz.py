@@ -771,19 +771,10 @@ def native_raw_case(data, work: Path) -> Case:
 # ----------------------------------------------------------------------------- bundle manifest
 
 def _valid_manifest(folder: Path) -> dict:
-    """A minimal manifest that ``read_manifest`` + ``verify_files`` accept, with its one file."""
-    import hashlib
+    """A complete manifest that ``read_manifest`` + ``verify_files`` accept, with its one file."""
+    from .fuzz_hostile import valid_manifest
 
-    from mobiedit.export.bundle import FORMAT_VERSION
-
-    blob = b"program bytes"
-    (folder / "model.pte").write_bytes(blob)
-    return {"format_version": FORMAT_VERSION, "runtime": "executorch", "model_family": "llama", "edit_layer": 1,
-            "edit_module": "model.layers.1.mlp.down_proj", "dims": {"hidden_size": 8, "d_out": 8, "d_in": 16},
-            "shapes": {"edit_K": 4}, "slots": 2, "special_tokens": {"bos": 1, "eos": 2, "pad": None},
-            "programs": {"prefill": {"file": "model.pte", "method": "prefill", "inputs": [], "outputs": []}},
-            "edit": {"templates": ["{}"]},
-            "files": {"model.pte": {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}}
+    return valid_manifest(folder)
 
 
 def bundle_manifest_case(data, work: Path) -> Case:
@@ -844,7 +835,16 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("native.losses", native_losses_case, 1.0),
     Target("native.rank_one", native_rank_one_case, 0.5),
     Target("native.raw", native_raw_case, 1.0),
+    Target("bundle.manifest_hostile", lambda data, work: _hostile().manifest_hostile_case(data, work), 1.0),
+    Target("journal.hostile", lambda data, work: _hostile().journal_hostile_case(data, work), 1.0),
+    Target("model.config", lambda data, work: _hostile().config_case(data, work), 1.0),
 ]}
+
+
+def _hostile():
+    from . import fuzz_hostile
+
+    return fuzz_hostile
 
 
 @dataclass
@@ -855,6 +855,10 @@ class Tally:
     crashes: list[dict] = field(default_factory=list)
     crash_kinds: dict[str, int] = field(default_factory=dict)  # "target: first words of the detail" -> count
     samples: dict[str, list[str]] = field(default_factory=dict)
+    max_seconds: float = 0.0  # the slowest single input (build + read), and which it was
+    slowest: str = ""
+    first_seconds: float = 0.0  # the slowest first input of a target (includes the reader's imports)
+    max_rss_growth_mb: float = 0.0  # the largest rise of the process's peak RSS during one input
 
     def add(self, target: str, outcome: str, detail: str, desc: str) -> None:
         row = self.counts.setdefault(target, {ACCEPTED: 0, REJECTED: 0, BUILTIN: 0, CRASH: 0})
@@ -889,15 +893,32 @@ def run_case(target: Target, data, root: Path) -> tuple[str, str, str]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MB (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def fuzz_target(target: Target, n: int, tally: Tally, root: Path, seed: int | None = None) -> None:
     """Run ``n`` generated examples of ``target`` (no shrinking), adding to ``tally``."""
     sett = settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
                     suppress_health_check=list(HealthCheck))
 
+    first = [True]
+
     @sett
     @given(st.data())
     def prop(data):
+        t0, rss0 = time.perf_counter(), _peak_rss_mb()
         outcome, detail, desc = run_case(target, data, root)
+        took = time.perf_counter() - t0
+        tally.max_rss_growth_mb = max(tally.max_rss_growth_mb, _peak_rss_mb() - rss0)
+        if first[0]:  # the target's first input also pays for importing its reader
+            first[0] = False
+            tally.first_seconds = max(tally.first_seconds, took)
+        elif took > tally.max_seconds:
+            tally.max_seconds, tally.slowest = took, f"{target.name}: {desc}"[:200]
         tally.add(target.name, outcome, detail, desc)
 
     if seed is not None:
@@ -949,10 +970,18 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.ERROR)  # loaders log skipped records as warnings
+    import resource
+
     t0 = time.perf_counter()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tally = run_fuzz(args.examples, args.targets, args.seed, progress=True)
     wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(format_tally(tally))
+    print(f"per input: at most {tally.max_seconds * 1000:.0f} ms (slowest: {tally.slowest}; a target's first input, "
+          f"which also imports its reader: at most {tally.first_seconds * 1000:.0f} ms); peak RSS of the whole run "
+          f"{peak:.0f} MB (after imports {rss0:.0f} MB); largest rise of the peak RSS during one input "
+          f"{tally.max_rss_growth_mb:.1f} MB")
     print(f"fuzzed inputs: {tally.total()}  crashes: {tally.total(CRASH)}  named rejections: "
           f"{tally.total(REJECTED)} (+{tally.total(BUILTIN)} named builtin errors of the raw extension)  "
           f"accepted: {tally.total(ACCEPTED)}  wall: {wall:.0f}s")
@@ -966,6 +995,9 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.json, json.dumps({"counts": tally.counts, "crash_kinds": tally.crash_kinds,
                                                  "crashes": tally.crashes,
                                                  "samples": tally.samples, "wall_seconds": wall,
+                                                 "max_input_seconds": tally.max_seconds, "slowest": tally.slowest,
+                                                 "peak_rss_mb": peak, "rss_after_imports_mb": rss0,
+                                                 "max_rss_growth_mb": tally.max_rss_growth_mb,
                                                  "seed": args.seed}, indent=1))
     return 1 if tally.total(CRASH) else 0
 

@@ -203,7 +203,8 @@ def verify_bundle_state(path: str, base_files: dict[str, str], requests: str, re
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     jpath = root / "journal" / "journal.jsonl"
-    orphans = sorted(n for n in digests if n.startswith("journal/") and n not in referenced and n not in temps)
+    orphans = sorted(n for n in digests if n.startswith("journal/") and n not in referenced and n not in temps
+                     and n != "journal/.lock")  # the writers' lock file (mobiedit.journal_lock) is no orphan
     return {"rows": rows, "digests": digests, "referenced": referenced, "orphans": orphans, "temps": temps,
             "journal_text": jpath.read_text() if jpath.is_file() else None, "active": active, "slots": slots,
             "problems": problems}

@@ -35,13 +35,17 @@ Writers (``WRITERS``; children and verifiers in :mod:`~mobiedit.reliability.kill
   references must be byte-identical to before, or hold exactly the one new entry with the old
   lines and files unchanged (details in :mod:`~mobiedit.reliability.kill_bundle`). Trials chain
   on the previous state; a fresh copy of the base bundle starts when the slots are full.
+* ``bundle-race`` — two concurrent writers on one bundle: two ``edit --bundle`` of different
+  requests, or an ``edit --bundle`` and a ``mobiedit undo`` of an active edit; one or both are
+  SIGKILLed. Every finished write must be present exactly once, ids in order, never reused
+  (details in :mod:`~mobiedit.reliability.kill_race`).
 
 Children are forked from this (pre-imported) process so that a trial costs the writer's work,
 not Python's start-up; ``--spawn N`` adds N ``edit`` trials run as a fresh ``python -c`` process
 instead. This process never runs torch computations itself (verification and the export run in
 forked children), so forking is safe.
 
-    python -m mobiedit.reliability.killtest --json runs/killtest.json     # 200 kills (50/20/70/60)
+    python -m mobiedit.reliability.killtest --json runs/killtest.json     # 260 kills (50/20/70/60/60)
     python -m mobiedit.reliability.killtest --kills 400 --spawn 10
     python -m mobiedit.reliability.killtest --edit 2 --edit-fallback 1 --journal 17 --bundle 4 --model DIR \\
         --bundle-base BUNDLE
@@ -67,14 +71,14 @@ __all__ = ["EDIT_LIMIT", "Forked", "Harness", "JOURNAL_ROTATE", "Spawned", "WRIT
            "journal_step", "kill_after", "main", "make_tiny_llama", "param_digests", "run", "temps_in",
            "verify_edit_state", "verify_journal_state"]
 
-WRITERS = ("edit", "edit-fallback", "journal", "bundle")
+WRITERS = ("edit", "edit-fallback", "journal", "bundle", "bundle-race")
 #: default SIGKILLs per writer (``python -m mobiedit.reliability.killtest`` without flags)
-DEFAULT_KILLS = {"edit": 50, "edit-fallback": 20, "journal": 70, "bundle": 60}
+DEFAULT_KILLS = {"edit": 50, "edit-fallback": 20, "journal": 70, "bundle": 60, "bundle-race": 60}
 
 
 def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn: int = 0,
         verbose: bool = True, max_trials_factor: float = 3.0, bundle_base: Path | None = None,
-        bundle_runtime: str = "executorch") -> dict:
+        bundle_runtime: str = "executorch", race_unlocked: bool = False) -> dict:
     """Run trials until each writer has had its number of SIGKILLs (or ``max_trials_factor`` times
     as many trials); returns the report dict. The bundle writer needs a base bundle: ``bundle_base``
     (copied, never changed), else one exported into ``work`` (reused by later runs on ``work``)."""
@@ -87,7 +91,7 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
         if not (model / "model.safetensors").is_file():
             fork_call(make_tiny_llama, str(model))
     base, export_seconds, runtime = None, 0.0, None
-    if kills.get("bundle"):
+    if kills.get("bundle") or kills.get("bundle-race"):
         from .kill_bundle import bundle_info, ensure_base_bundle
 
         if bundle_base is not None:
@@ -98,11 +102,15 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
     _preimport(runtime)
     h = Harness(work=work, model=model, requests=bundled_path("counterfact-edit-1k.json"), seed=seed,
                 verbose=verbose)
-    bundle = None
-    if base is not None:
+    bundle = race = None
+    if base is not None and kills.get("bundle"):
         from .kill_bundle import BundleWriter
 
         bundle = BundleWriter(h, base)
+    if base is not None and kills.get("bundle-race"):
+        from .kill_race import RaceWriter
+
+        race = RaceWriter(h, base, unlocked=race_unlocked)
     plan = [(name, k) for name in WRITERS for k in range(kills.get(name, 0))] + \
         [("edit-spawn", k) for k in range(spawn)]
     h.rng.shuffle(plan)
@@ -117,6 +125,8 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
                 h.journal_trial()
             elif name == "bundle":
                 bundle.trial()
+            elif name == "bundle-race":
+                race.trial()
             else:
                 h.edit_trial(fallback=name == "edit-fallback", spawn=name == "edit-spawn")
             if h.stats[name].kills > before:
@@ -125,6 +135,9 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
     if bundle is not None:
         final.update(bundle.final_checks())
         final["leftovers_after_final_runs"]["bundle"] = final.pop("bundle_leftovers")
+    if race is not None:
+        final.update(race.final_checks())
+        final["leftovers_after_final_runs"]["bundle-race"] = final.pop("race_leftovers")
     report = {
         "writers": {k: asdict(v) for k, v in h.stats.items()},
         "kills_total": sum(v.kills for v in h.stats.values()),
@@ -137,11 +150,16 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
         "model": str(model),
         "edit_commit_calls": h.n_calls,
     }
-    if bundle is not None:
+    if race is not None:
+        report["bundle_race"] = {"lost_trials": race.lost, "modes": race.modes, "bundles_used": race.index + 1,
+                                 "unlocked": race_unlocked, "requests": race.case_ids}
+    if base is not None:
         report["bundle"] = {"base": str(base), "runtime": runtime, "export_seconds": round(export_seconds, 1),
-                            "run_seconds": bundle.run_time(), "commit_calls": {("first-edit" if k else "later"): v
-                                                                              for k, v in bundle.calls.items()},
-                            "requests": bundle.case_ids, "bundles_used": bundle.index + 1}
+                            "run_seconds": bundle.run_time() if bundle else None,
+                            "commit_calls": {("first-edit" if k else "later"): v
+                                             for k, v in (bundle.calls.items() if bundle else ())},
+                            "requests": bundle.case_ids if bundle else None,
+                            "bundles_used": bundle.index + 1 if bundle else 0}
     return report
 
 
@@ -164,7 +182,8 @@ def _preimport(bundle_runtime: str | None = None) -> None:
     cli.build_parser()  # imports the bench / demo / export sub-commands
     if bundle_runtime is not None:
         from ..export import bundle, ops, packing, runtime, tokenizer  # noqa: F401
-        from . import kill_bundle  # noqa: F401
+        from .. import undo  # noqa: F401
+        from . import kill_bundle, kill_race  # noqa: F401
 
         if bundle_runtime == "executorch":
             from executorch.runtime import Runtime  # noqa: F401
@@ -186,6 +205,8 @@ def format_report(rep: dict) -> str:
                 f"states: {rep['torn_total']}; final uninterrupted runs ok: edit={f['edit_run_ok']} "
                 f"journal={f['journal_run_ok']}"
                 + (f" bundle={f['bundle_run_ok']}" if "bundle_run_ok" in f else "")
+                + (f" bundle-race={f['race_run_ok']} (lost edits/undos in {f['race_lost_trials']} trials)"
+                   if "race_run_ok" in f else "")
                 + f"; temporaries left after them: {left}; wall {rep['wall_seconds']:.0f}s")
     return "\n".join(rows)
 
@@ -193,8 +214,8 @@ def format_report(rep: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mobiedit.reliability.killtest", description=__doc__.split("\n")[0])
     p.add_argument("--kills", type=int, default=0,
-                   help="total SIGKILLs, split 25%% edit / 10%% edit-fallback / 35%% journal / 30%% bundle "
-                        "(overrides the four below)")
+                   help="total SIGKILLs, split 20%% edit / 10%% edit-fallback / 30%% journal / 20%% bundle / "
+                        "20%% bundle-race (overrides the five below)")
     for name, n in DEFAULT_KILLS.items():
         p.add_argument(f"--{name}", type=int, default=n, help=f"SIGKILLs of the {name} writer (default {n})")
     p.add_argument("--spawn", type=int, default=0, help="extra edit kills in a freshly spawned interpreter")
@@ -203,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                                          "model into --work once, reused by later runs on the same --work)")
     p.add_argument("--bundle-runtime", choices=("executorch", "onnxruntime"), default="executorch",
                    help="runtime of the exported base bundle")
+    p.add_argument("--race-unlocked", action="store_true",
+                   help="bundle-race children run without the journal lock (shows that the checks catch lost edits)")
     p.add_argument("--work", help="working folder (default: a new temporary folder, removed afterwards)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the report here")
@@ -210,13 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     kills = {name: getattr(args, name.replace("-", "_")) for name in WRITERS}
     if args.kills:
-        e, f, j = round(args.kills * 0.25), round(args.kills * 0.10), round(args.kills * 0.35)
-        kills = {"edit": e, "edit-fallback": f, "journal": j, "bundle": args.kills - e - f - j}
+        e, f, j, b = (round(args.kills * x) for x in (0.20, 0.10, 0.30, 0.20))
+        kills = {"edit": e, "edit-fallback": f, "journal": j, "bundle": b, "bundle-race": args.kills - e - f - j - b}
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="mobiedit-killtest-"))
     try:
         rep = run(kills, Path(args.model) if args.model else None, work, args.seed, args.spawn,
                   verbose=not args.quiet, bundle_base=Path(args.bundle_base) if args.bundle_base else None,
-                  bundle_runtime=args.bundle_runtime)
+                  bundle_runtime=args.bundle_runtime, race_unlocked=args.race_unlocked)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
@@ -227,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.json, json.dumps(rep, indent=1))
     f = rep["final"]
     ok = rep["torn_total"] == 0 and f["journal_run_ok"] and f.get("bundle_run_ok", True) and not any(
-        f["leftovers_after_final_runs"].values())
+        f["leftovers_after_final_runs"].values()) and f.get("race_run_ok", True)
     return 0 if ok else 1
 
 

@@ -1,4 +1,5 @@
-"""Backprop value search (ROME's ``compute_v``): Adam on a delta at the subject's last token."""
+"""Backprop value search (ROME's ``compute_v``): Adam on a delta at the subject's last token,
+through the whole model or through the prefix-reusing graph (``ROMEConfig.prefix_reuse``)."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +10,7 @@ import torch
 
 from ..families import Family, get_module
 from ..hooks import add_at_positions, record, rewrite_output
-from .config import ROMEConfig
+from .config import ObjectiveConfig, ROMEConfig
 from .context import EditInputs
 from .objective import edit_holds, kl_keep, kl_logprobs, rows_correct, value_loss
 
@@ -42,20 +43,51 @@ def init_value_and_kl(model, family: Family, layer: int, inputs: EditInputs) -> 
     return v_init, kl_logprobs(logits, inputs, kept=True).detach()
 
 
-def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig,
-              on_step: Callable[[int, float], None] | None = None) -> ValueResult:
-    """Find v* by Adam on ``delta`` (zero-init), clamped to ``clamp_norm_factor·‖v_init‖``.
+#: one evaluation of the objective at a delta: ``delta [d] -> (loss [], full_rows [n_rewrite] bool)``
+LossFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def full_loss_fn(model, family: Family, inputs: EditInputs, layer: int, kl_ref: torch.Tensor,
+                 v_init_norm: float, cfg: ObjectiveConfig) -> LossFn:
+    """ROME's own evaluation: the whole model, ``delta`` hooked onto the MLP output of ``layer`` at
+    every row's subject; autograd through everything (the ``rome`` row)."""
+    b = inputs.batch.to(next(model.parameters()).device)
+    mod = get_module(model, family.mlp_out, layer)
+
+    def fn(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with rewrite_output(mod, add_at_positions(delta, b.subject_idx)):
+            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+        loss = value_loss(logits, inputs, kl_ref, delta.norm(), v_init_norm, cfg)
+        return loss, rows_correct(logits.detach(), inputs)
+
+    return fn
+
+
+def prefix_loss_fn(graph) -> LossFn:
+    """The same objective through a :class:`~mobiedit.forward.graph.PrefixGraph` (layers > l at
+    the positions from the subject on; the prefix activations computed once): autograd reaches
+    only ``delta`` — no weight gradients, no activations of layers ≤ l (the ``rome-lean`` row)."""
+
+    def fn(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, correct = graph.differentiable(delta.unsqueeze(0))
+        return loss[0], correct[0].detach() >= 1.0 - 1e-6
+
+    return fn
+
+
+def adam_value_search(loss_fn: LossFn, v_init: torch.Tensor, cfg: ROMEConfig,
+                      on_step: Callable[[int, float], None] | None = None) -> ValueResult:
+    """ROME's value search on any evaluation of the objective: Adam on ``delta`` (zero-init),
+    clamped to ``clamp_norm_factor·‖v_init‖``.
 
     Adam runs on ``z = delta / s`` with ``s = ‖v_init‖/√d`` so that ROME's lr (0.5, tuned on
     GPT-2 XL/GPT-J activation scales) means the same step relative to ``v_init`` on any model;
     the objective itself is ROME's, in absolute units.
 
     Stops early when the loss drops below ``cfg.early_loss`` (ROME: 5e-2). ``on_step(step, loss)``
-    is called after every step (progress display).
+    is called after every step (progress display). Only ``delta``'s gradient is computed
+    (``torch.autograd.grad``): frozen weights get none.
     """
-    b = inputs.batch.to(next(model.parameters()).device)
-    mod = get_module(model, family.mlp_out, cfg.layer)
-    v_init, kl_ref = init_value_and_kl(model, family, cfg.layer, inputs)
     scale = v_init.norm() / v_init.numel() ** 0.5
     z = torch.zeros_like(v_init, requires_grad=True)  # delta = scale * z
     opt = torch.optim.Adam([z], lr=cfg.lr)
@@ -64,22 +96,36 @@ def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig,
     steps, holds = 0, False
     for steps in range(1, cfg.steps + 1):
         opt.zero_grad()
-        delta = scale * z
-        with rewrite_output(mod, add_at_positions(delta, b.subject_idx)):
-            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
-        loss = value_loss(logits, inputs, kl_ref, delta.norm(), float(v_init.norm()), cfg.objective)
+        with torch.enable_grad():
+            loss, full_rows = loss_fn(scale * z)
         losses.append(loss.item())
         if on_step is not None:
             on_step(steps, losses[-1])
         if losses[-1] < cfg.early_loss or steps == cfg.steps:
-            holds = edit_holds(rows_correct(logits.detach(), inputs), cfg.success_fraction)
+            holds = edit_holds(full_rows, cfg.success_fraction)
             break
-        loss.backward()
+        (z.grad,) = torch.autograd.grad(loss, [z])
         opt.step()
         with torch.no_grad():
             if z.norm() > max_norm:
                 z.mul_(max_norm / z.norm())
-    log.debug("compute_v: %d steps, loss %.4f -> %.4f", steps, losses[0], losses[-1])
+    log.debug("value search: %d steps, loss %.4f -> %.4f", steps, losses[0], losses[-1])
     d = (scale * z).detach()
     return ValueResult(v_star=v_init + d, v_init=v_init, delta=d, losses=losses, holds=holds, steps=steps,
                        forwards=steps + 1, backwards=steps - 1)
+
+
+def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig,
+              on_step: Callable[[int, float], None] | None = None) -> ValueResult:
+    """Find v* by :func:`adam_value_search` — through the whole model (ROME), or, with
+    ``cfg.prefix_reuse``, through the prefix-reusing graph the forward-only method uses."""
+    if cfg.prefix_reuse:
+        from ..forward.graph import PrefixGraph
+        from ..forward.prefix import compute_prefix_state
+
+        state = compute_prefix_state(model, family, cfg.layer, inputs)
+        return adam_value_search(prefix_loss_fn(PrefixGraph(model, family, state, cfg.objective)),
+                                 state.v_init, cfg, on_step)
+    v_init, kl_ref = init_value_and_kl(model, family, cfg.layer, inputs)
+    fn = full_loss_fn(model, family, inputs, cfg.layer, kl_ref, float(v_init.norm()), cfg.objective)
+    return adam_value_search(fn, v_init, cfg, on_step)

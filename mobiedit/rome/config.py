@@ -54,6 +54,8 @@ class ROMEConfig:
     success_fraction: float = 0.75  # see objective.edit_holds; below it the edit is reported failed
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4  # relative ridge added to C before solving (numerical safety)
+    prefix_reuse: bool = False  # True: backprop through the forward-only method's prefix graph
+                                # (layers > l from the subject on, no weight gradients): rome-lean
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
 

@@ -1,15 +1,20 @@
 """Second-moment statistics C = E[k kᵀ] of the edited matrix's inputs over a text corpus.
 
 Cached as safetensors under the user cache, keyed by the weights' sha256, the layer and the
-corpus hash, so each (model, layer, corpus) is computed once.
+corpus hash, so each (model, layer, corpus) is computed once. The file's safetensors metadata
+records where the text came from (name, version, licence: the ``source`` a caller passes), the
+token and text counts, the corpus hash and the layer; :func:`stats_metadata` reads it back.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import time
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -36,34 +41,70 @@ def weights_digest(model_dir: Path) -> str:
 def second_moment(model, family: Family, layer: int, tok, texts: list[str], batch_size: int = 32,
                   progress: bool = False) -> torch.Tensor:
     """E[k kᵀ] over every non-pad token of ``texts`` (float64 accumulation, float32 result)."""
+    return second_moment_counted(model, family, layer, tok, texts, batch_size, progress)[0]
+
+
+def second_moment_counted(model, family: Family, layer: int, tok, texts: list[str], batch_size: int = 32,
+                          progress: bool = False) -> tuple[torch.Tensor, int]:
+    """:func:`second_moment` and the number of tokens it averaged over (texts cut at 256 tokens)."""
     mod = get_module(model, family.mlp_out, layer)
     dev = next(model.parameters()).device
     acc, n = None, 0
-    for i in tqdm(range(0, len(texts), batch_size), desc=f"key stats L{layer}", disable=not progress):
-        enc = tok(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True, max_length=256)
-        with torch.no_grad(), record(mod, outputs=False, stop=True) as rec:
-            model(input_ids=enc["input_ids"].to(dev), attention_mask=enc["attention_mask"].to(dev))
-        k = rec.input[enc["attention_mask"].to(dev).bool()].double()
-        acc = k.T @ k if acc is None else acc + k.T @ k
-        n += k.shape[0]
+    with tqdm(total=len(texts), desc=f"key stats L{layer}", unit="text", disable=not progress) as bar:
+        for i in range(0, len(texts), batch_size):
+            enc = tok(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True, max_length=256)
+            with torch.no_grad(), record(mod, outputs=False, stop=True) as rec:
+                model(input_ids=enc["input_ids"].to(dev), attention_mask=enc["attention_mask"].to(dev))
+            k = rec.input[enc["attention_mask"].to(dev).bool()].double()
+            acc = k.T @ k if acc is None else acc + k.T @ k
+            n += k.shape[0]
+            bar.update(len(texts[i:i + batch_size]))
+            bar.set_postfix(tokens=n)
     if acc is None or n == 0:
         raise NumericalError("no tokens to compute key statistics from", where="stats corpus",
                              fix="pass a non-empty text corpus")
     c = (acc / n).float()
     if not torch.isfinite(c).all():
         raise NumericalError("non-finite key statistics", where=f"layer {layer}", fix="check the model weights")
-    return c
+    return c, n
+
+
+def stats_path(model_dir: Path, layer: int, texts: list[str]) -> Path:
+    """Cache file of the statistics of (model weights, layer, corpus)."""
+    corpus = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    return cache_root() / "stats" / f"{weights_digest(model_dir)}_L{layer}_{corpus}.safetensors"
+
+
+def stats_metadata(path: Path) -> dict:
+    """The provenance written beside a cached C: ``source`` (dict), ``n_tokens``, ``n_texts``,
+    ``layer``, ``corpus_sha256``, ``seconds``. {} for a file written before metadata existed."""
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata() or {}
+    if "mobiedit" not in meta:
+        return {}
+    try:
+        out = json.loads(meta["mobiedit"])
+    except ValueError:
+        return {}
+    return out if isinstance(out, dict) else {}
 
 
 def cached_second_moment(model, family: Family, layer: int, tok, texts: list[str], model_dir: Path,
-                         progress: bool = False) -> torch.Tensor:
-    """:func:`second_moment`, read from / written to the cache."""
-    corpus = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
-    path = cache_root() / "stats" / f"{weights_digest(model_dir)}_L{layer}_{corpus}.safetensors"
+                         progress: bool = False, source: dict | None = None) -> torch.Tensor:
+    """:func:`second_moment`, read from / written to the cache (with its provenance metadata;
+    ``source`` names the corpus: name, version, licence — see :func:`stats_metadata`)."""
+    path = stats_path(model_dir, layer, texts)
     if path.is_file():
-        return load_file(path)["mom2"]
-    c = second_moment(model, family, layer, tok, texts, progress=progress)
+        if stats_metadata(path):
+            return load_file(path)["mom2"]
+        log.info("cached key statistics %s have no provenance metadata; recomputing", path.name)
+    t0 = time.perf_counter()
+    c, n = second_moment_counted(model, family, layer, tok, texts, progress=progress)
+    meta = {"source": source or {}, "n_tokens": n, "n_texts": len(texts), "layer": layer,
+            "corpus_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(),
+            "seconds": round(time.perf_counter() - t0, 3)}
     with atomic_path(path, suffix=".safetensors") as tmp:
-        save_file({"mom2": c.contiguous()}, tmp)
-    log.info("cached key statistics at %s", path)
+        save_file({"mom2": c.contiguous()}, tmp, metadata={"mobiedit": json.dumps(meta, sort_keys=True)})
+    log.info("key statistics of layer %d from %d tokens (%d texts) in %.1f s; cached at %s",
+             layer, n, len(texts), meta["seconds"], path)
     return c

@@ -1,12 +1,14 @@
 package dev.mobiedit.demo.app;
 
 import dev.mobiedit.demo.core.ByteLevelBpe;
+import dev.mobiedit.demo.core.ChatTemplate;
 import dev.mobiedit.demo.core.EditRequest;
 import dev.mobiedit.demo.core.EditTarget;
 import dev.mobiedit.demo.core.Files2;
 import dev.mobiedit.demo.core.Generation;
 import dev.mobiedit.demo.core.Journal;
 import dev.mobiedit.demo.core.JournalEntry;
+import dev.mobiedit.demo.core.JournalGuard;
 import dev.mobiedit.demo.core.Manifest;
 import dev.mobiedit.demo.core.ManifestReader;
 import dev.mobiedit.demo.core.MobiEditError;
@@ -32,10 +34,13 @@ public final class BundleSession {
     private final KeyStats keys;
     private final Journal journal;
     private final ModelRuntime runtime;
+    /** The bundle's chat template when it answers through it by default (else null). */
+    private final ChatTemplate chat;
 
     private BundleSession(File dir, Manifest manifest, ByteLevelBpe tok, KeyStats keys,
-            Journal journal, ModelRuntime runtime) {
+            Journal journal, ModelRuntime runtime, ChatTemplate chat) {
         this.dir = dir;
+        this.chat = chat;
         this.manifest = manifest;
         this.tok = tok;
         this.keys = keys;
@@ -60,8 +65,12 @@ public final class BundleSession {
         ByteLevelBpe tok = ByteLevelBpe.fromJson(Files2.readText(tf), tf.getPath());
         KeyStats keys = KeyStats.open(dir, m.dIn(), m.dOut());
         Journal journal = Journal.open(new File(dir, "journal"));
+        if (keys.baseWeight() != null) {
+            JournalGuard.checkBelongs(journal, keys.baseWeight(), m.editModule);
+        }
+        ChatTemplate chat = chatTemplate(dir, m);
         ModelRuntime rt = factory.open(dir, m);
-        BundleSession s = new BundleSession(dir, m, tok, keys, journal, rt);
+        BundleSession s = new BundleSession(dir, m, tok, keys, journal, rt, chat);
         s.refreshSlots();
         return s;
     }
@@ -82,9 +91,38 @@ public final class BundleSession {
         return dir;
     }
 
-    /** Greedy answer of the current model (with the active edits). */
+    /**
+     * The bundle's chat template if it answers through it by default (manifest chat.default, the
+     * model profile's chat_template), else null. A template this app cannot render is refused here
+     * with a message rather than rendered differently from transformers.
+     */
+    static ChatTemplate chatTemplate(File dir, Manifest m) throws java.io.IOException {
+        if (m.chatTemplateFile == null || !m.chatDefault) {
+            return null;
+        }
+        File f = new File(dir, m.chatTemplateFile);
+        return ChatTemplate.parse(Files2.readText(f), f.getPath());
+    }
+
+    /** Greedy completion of {@code prompt} as plain text (the edit's before / after answers). */
     public String answer(String prompt) throws Exception {
         return Generation.greedy(runtime.chat(), tok, prompt, MAX_ANSWER_TOKENS, manifest.eos);
+    }
+
+    /**
+     * The chat screen's answer: {@code prompt} as a user turn of the bundle's chat template when
+     * the bundle chats by default (as {@code mobiedit run}), else a plain completion.
+     */
+    public String chat(String prompt) throws Exception {
+        if (chat == null) {
+            return answer(prompt);
+        }
+        return Generation.chat(runtime.chat(), tok, chat, prompt, MAX_ANSWER_TOKENS, manifest.eos);
+    }
+
+    /** True when {@link #chat} uses the chat template. */
+    public boolean chats() {
+        return chat != null;
     }
 
     /** Search an edit (nothing recorded); null if cancelled. */

@@ -13,15 +13,26 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * The bundle's tokenizer.json for byte-level BPE models (GPT-2 style; what mobiedit's fact LM
- * trains): added/special tokens, the ByteLevel pre-tokenizer (GPT-2 split regex, bytes mapped to
- * printable characters), BPE merges by rank, and the TemplateProcessing post-processor (e.g.
- * {@code <s> $A}). Encodings equal the {@code tokenizers} library's for such files (checked in
- * the JVM tests against a fixture made by it). Other tokenizer kinds are refused with a message.
+ * The bundle's tokenizer.json for byte-level BPE models (GPT-2 style: mobiedit's fact LM,
+ * SmolLM2): added/special tokens, the ByteLevel pre-tokenizer (GPT-2 split regex with Unicode
+ * whitespace, bytes mapped to printable characters), BPE merges by rank, and the
+ * TemplateProcessing post-processor (e.g. {@code <s> $A}). Encodings equal the {@code tokenizers}
+ * library's for such files (checked in the JVM tests against fixtures made by it, including
+ * SmolLM2-135M-Instruct's 49,152-token file on 1,135 mostly non-ASCII strings). Other tokenizer
+ * kinds are refused with a message.
  */
 public final class ByteLevelBpe {
+    /**
+     * Unicode White_Space, what {@code \s} means in the tokenizers library's regex (Oniguruma);
+     * Java's {@code \s} is ASCII-only without UNICODE_CHARACTER_CLASS (which Android's API 23
+     * regex does not promise), so the class is spelled out.
+     */
+    private static final String WS =
+        "\\t\\n\\x0B\\f\\r\\x20\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000";
+    /** GPT-2's split regex with {@code \s} / {@code \S} as {@link #WS}. */
     private static final Pattern SPLIT = Pattern.compile(
-        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+");
+        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + WS + "\\p{L}\\p{N}]+|[" + WS + "]+(?![^" + WS
+            + "])|[" + WS + "]+");
     private static final char[] BYTE_TO_CHAR = new char[256];
     private static final Map<Character, Integer> CHAR_TO_BYTE = new HashMap<Character, Integer>();
 

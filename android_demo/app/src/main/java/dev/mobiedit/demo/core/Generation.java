@@ -21,7 +21,22 @@ public final class Generation {
     /** Greedy continuation of {@code prompt}: at most {@code maxNew} tokens, stops at eos. */
     public static String greedy(LanguageModel lm, ByteLevelBpe tok, String prompt, int maxNew,
             int eos) throws Exception {
-        int[] ids = tok.encode(prompt, true);
+        return greedy(lm, tok, tok.encode(prompt, true), maxNew, eos);
+    }
+
+    /**
+     * Greedy chat answer: {@code prompt} as the user turn of {@code chat} (with the generation
+     * prompt), tokenized without the post-processor's specials, as transformers'
+     * apply_chat_template(tokenize=True) does; stops at eos (ChatML: {@code <|im_end|>}).
+     */
+    public static String chat(LanguageModel lm, ByteLevelBpe tok, ChatTemplate chat, String prompt,
+            int maxNew, int eos) throws Exception {
+        return greedy(lm, tok, tok.encode(chat.userPrompt(prompt), false), maxNew, eos);
+    }
+
+    /** Greedy continuation of the token ids {@code ids}. */
+    public static String greedy(LanguageModel lm, ByteLevelBpe tok, int[] ids, int maxNew, int eos)
+            throws Exception {
         if (ids.length >= lm.maxLength()) {
             throw new MobiEditError("prompt is " + ids.length + " tokens, the model takes at most "
                 + (lm.maxLength() - 1), "chat prompt", "type a shorter prompt");

@@ -19,7 +19,9 @@ import java.util.Map;
  *
  * <p>On the phone edits are not baked into weights: the active edits fill the inference programs'
  * rank-one slots in id order ({@link #slotFactors}); undo marks an entry "undone" and the next
- * slot fill leaves it out. One writer at a time (the app's single worker thread).
+ * slot fill leaves it out. One writer at a time, across processes: {@link #record} and {@link
+ * #undo} hold {@link JournalLock} (shared with mobiedit) and re-read the journal under it, so an
+ * edit made meanwhile by {@code mobiedit edit --bundle} is kept and its id never reused.
  */
 public final class Journal {
     public static final String JOURNAL_FILE = "journal.jsonl";
@@ -42,8 +44,13 @@ public final class Journal {
         File path = new File(folder, JOURNAL_FILE);
         if (!path.exists()) {
             String[] names = folder.list();
-            boolean onlyBase = names == null || names.length == 0
-                || (names.length == 1 && BASE_FILE.equals(names[0]));
+            int n = 0;
+            boolean onlyBase = true;
+            for (String name : names == null ? new String[0] : names) {
+                if (!JournalLock.LOCK_FILE.equals(name)) {
+                    onlyBase &= BASE_FILE.equals(name) && ++n == 1;
+                }
+            }
             if (folder.exists() && (!folder.isDirectory() || !onlyBase)) {
                 throw new MobiEditError("no " + JOURNAL_FILE + " in a non-empty folder",
                     folder.getPath(), "pass a journal folder, or a new/empty folder to start one");
@@ -210,6 +217,18 @@ public final class Journal {
     public JournalEntry record(EditRequest request, EditTarget target, float[] u, float[] w,
             Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
             String timestamp) {
+        JournalLock lock = JournalLock.acquire(folder, JournalLock.DEFAULT_TIMEOUT_MS);
+        try {
+            entries = open(folder).entries; // another writer may have changed it
+            return recordLocked(request, target, u, w, baseWeight, metrics, config, timestamp);
+        } finally {
+            lock.release();
+        }
+    }
+
+    private JournalEntry recordLocked(EditRequest request, EditTarget target, float[] u, float[] w,
+            Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
+            String timestamp) {
         if (u.length != target.dOut || w.length != target.dIn) {
             throw new MobiEditError("factors u[" + u.length + "], w[" + w.length
                 + "] do not fit the module [" + target.dOut + "x" + target.dIn + "]",
@@ -298,6 +317,16 @@ public final class Journal {
 
     /** Mark {@code id} undone (journal rewritten atomically); its slot is freed on next fill. */
     public JournalEntry undo(long id) {
+        JournalLock lock = JournalLock.acquire(folder, JournalLock.DEFAULT_TIMEOUT_MS);
+        try {
+            entries = open(folder).entries;
+            return undoLocked(id);
+        } finally {
+            lock.release();
+        }
+    }
+
+    private JournalEntry undoLocked(long id) {
         JournalEntry e = entry(id);
         if (!e.isActive()) {
             throw new MobiEditError("edit " + id + " is already undone", journalPath(),

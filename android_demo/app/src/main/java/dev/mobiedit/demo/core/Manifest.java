@@ -178,11 +178,16 @@ public final class Manifest {
     public final EditSetup edit;
     /** File name to its checksum entry (every file except the journal and the manifest). */
     public final Map<String, FileEntry> files;
+    /** The bundle's chat template file ("chat.template_file"), or null: the model has none. */
+    public final String chatTemplateFile;
+    /** Chat answers go through the template by default ("chat.default"; the model profile's). */
+    public final boolean chatDefault;
 
     Manifest(int formatVersion, String createdBy, String runtime, String modelFamily,
             String quantization, String editQuantization, int editLayer, String editModule,
             Dims dims, Shapes shapes, int slots, int bos, int eos, int pad,
-            Map<String, Program> programs, EditSetup edit, Map<String, FileEntry> files) {
+            Map<String, Program> programs, EditSetup edit, Map<String, FileEntry> files,
+            String chatTemplateFile, boolean chatDefault) {
         this.formatVersion = formatVersion;
         this.createdBy = createdBy;
         this.runtime = runtime;
@@ -200,6 +205,8 @@ public final class Manifest {
         this.programs = Collections.unmodifiableMap(programs);
         this.edit = edit;
         this.files = Collections.unmodifiableMap(files);
+        this.chatTemplateFile = chatTemplateFile;
+        this.chatDefault = chatTemplateFile != null && chatDefault;
     }
 
     /** Length of the value delta = output size of the edited module (dims.d_out). */

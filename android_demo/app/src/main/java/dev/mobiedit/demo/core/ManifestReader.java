@@ -20,6 +20,9 @@ import java.util.Set;
  * vocabulary; {@code edit_layer < num_layers}; the four programs present, each with its file
  * listed in {@code files}, a method (ExecuTorch) and its input / output names; file names without
  * a path separator or a leading dot; the edit setup (templates, objective) usable.
+ * Every size is bounded like export/manifest_check.py ({@link #MAX_WIDTH} ... {@link #MAX_ELEMENTS}
+ * elements for any one buffer sized from the manifest), so a hostile manifest cannot make the
+ * app allocate without bound.
  * {@link #verifyFiles} checks each file's size and sha256 before anything runs. Every error names
  * the field and the fix.
  */
@@ -32,6 +35,15 @@ public final class ManifestReader {
     private static final List<String> EDIT_QUANTIZATIONS =
         Arrays.asList("fp32", "delta", "w8", "8da8w", "8da4w", "qdq_a16w8");
     private static final String REEXPORT = "re-export the bundle with mobiedit export";
+    /** Bounds of export/manifest_check.py: a hostile manifest must not size a huge allocation. */
+    static final int MAX_WIDTH = 1 << 17;
+    static final int MAX_VOCAB = 1 << 22;
+    static final int MAX_LAYERS = 1 << 10;
+    static final int MAX_SHAPE = 1 << 16;
+    static final int MAX_SLOTS = 1 << 12;
+    /** Elements of any one buffer the app allocates from the manifest (1 GiB of float32). */
+    static final long MAX_ELEMENTS = 1L << 28;
+    static final long MAX_FILE_BYTES = 1L << 40;
 
     private ManifestReader() {
     }
@@ -86,13 +98,15 @@ public final class ManifestReader {
             }
         }
         Map<String, Object> d = objectField(o, "dims");
-        Manifest.Dims dims = new Manifest.Dims(pos(d, "dims", "vocab_size"),
-            pos(d, "dims", "hidden_size"), pos(d, "dims", "intermediate_size"),
-            pos(d, "dims", "d_out"), pos(d, "dims", "num_layers"), pos(d, "dims", "num_heads"),
-            pos(d, "dims", "num_kv_heads"), pos(d, "dims", "head_dim"));
+        Manifest.Dims dims = new Manifest.Dims(pos(d, "dims", "vocab_size", MAX_VOCAB),
+            pos(d, "dims", "hidden_size", MAX_WIDTH), pos(d, "dims", "intermediate_size", MAX_WIDTH),
+            pos(d, "dims", "d_out", MAX_WIDTH), pos(d, "dims", "num_layers", MAX_LAYERS),
+            pos(d, "dims", "num_heads", MAX_LAYERS), pos(d, "dims", "num_kv_heads", MAX_LAYERS),
+            pos(d, "dims", "head_dim", MAX_WIDTH));
         Manifest.Shapes shapes = shapes(objectField(o, "shapes"));
         int layer = intField(o, "edit_layer", 0, dims.numLayers - 1);
-        int slots = intField(o, "slots", 1, 4096);
+        int slots = intField(o, "slots", 1, MAX_SLOTS);
+        checkBuffers(dims, shapes, slots);
         Map<String, Object> st = objectField(o, "special_tokens");
         int v = dims.vocabSize - 1;
         int bos = token(st, "bos", v);
@@ -104,9 +118,25 @@ public final class ManifestReader {
         String family = stringField(o, "model_family");
         Manifest.EditSetup edit = edit(objectField(o, "edit"), family, shapes);
         String createdBy = o.get("created_by") instanceof String ? (String) o.get("created_by") : "";
+        Object chat = o.get("chat");
+        String chatFile = null;
+        boolean chatDefault = false;
+        if (chat != null) {
+            Map<String, Object> c = objectField(o, "chat");
+            Object tf = c.get("template_file");
+            if (!(tf instanceof String) || !files.containsKey(tf)) {
+                throw err("chat.template_file", "names " + tf + ", which is not listed in 'files'",
+                    REEXPORT);
+            }
+            if (!(c.get("default") instanceof Boolean)) {
+                throw err("chat.default", "must be true or false", REEXPORT);
+            }
+            chatFile = (String) tf;
+            chatDefault = (Boolean) c.get("default");
+        }
         return new Manifest(version, createdBy, runtime, family, quant, editQuant, layer,
             stringField(o, "edit_module"), dims, shapes, slots, bos, eos, pad, programs, edit,
-            files);
+            files, chatFile, chatDefault);
     }
 
     /** Check every "files" entry: present, size equal to "bytes", sha256 equal. */
@@ -142,14 +172,30 @@ public final class ManifestReader {
         }
     }
 
+    /** Refuse sizes that are each in range but together imply a buffer over MAX_ELEMENTS. */
+    private static void checkBuffers(Manifest.Dims d, Manifest.Shapes s, int slots) {
+        long[] sizes = {
+            (long) slots * Math.max(d.dOut, d.intermediateSize),
+            2L * d.numLayers * d.numKvHeads * s.maxSeqLen * d.headDim,
+            (long) d.intermediateSize * d.intermediateSize,
+            (long) s.editRows * s.editTokens() * d.hiddenSize * 2L * d.numLayers};
+        String[] fields = {"slots", "shapes.max_seq_len", "dims.intermediate_size", "shapes.edit_rows"};
+        for (int i = 0; i < sizes.length; i++) {
+            if (sizes[i] > MAX_ELEMENTS) {
+                throw err(fields[i], "implies a buffer of " + sizes[i] + " elements (limit "
+                    + MAX_ELEMENTS + ")", REEXPORT);
+            }
+        }
+    }
+
     private static Manifest.Shapes shapes(Map<String, Object> s) {
-        Manifest.Shapes shapes = new Manifest.Shapes(pos(s, "shapes", "max_seq_len"),
-            pos(s, "shapes", "prefill_chunk"), pos(s, "shapes", "edit_K"),
-            pos(s, "shapes", "edit_rows"), pos(s, "shapes", "edit_suffix"),
-            pos(s, "shapes", "edit_prefix"), pos(s, "shapes", "edit_targets"),
-            pos(s, "shapes", "edit_kl"));
+        Manifest.Shapes shapes = new Manifest.Shapes(pos(s, "shapes", "max_seq_len", MAX_SHAPE),
+            pos(s, "shapes", "prefill_chunk", MAX_SHAPE), pos(s, "shapes", "edit_K", MAX_SHAPE),
+            pos(s, "shapes", "edit_rows", MAX_SHAPE), pos(s, "shapes", "edit_suffix", MAX_SHAPE),
+            pos(s, "shapes", "edit_prefix", MAX_SHAPE), pos(s, "shapes", "edit_targets", MAX_SHAPE),
+            pos(s, "shapes", "edit_kl", MAX_SHAPE));
         if (s.get("edit_tokens") != null
-                && pos(s, "shapes", "edit_tokens") != shapes.editTokens()) {
+                && pos(s, "shapes", "edit_tokens", 2 * MAX_SHAPE) != shapes.editTokens()) {
             throw err("shapes.edit_tokens", "is " + s.get("edit_tokens") + ", expected edit_prefix"
                 + " + edit_suffix = " + shapes.editTokens(), REEXPORT);
         }
@@ -184,8 +230,9 @@ public final class ManifestReader {
                 throw err(where + ".sha256", "must be 64 lowercase hex digits", REEXPORT);
             }
             Object bytes = f.get("bytes");
-            if (!(bytes instanceof Long) || (Long) bytes < 0) {
-                throw err(where + ".bytes", "must be an integer >= 0", REEXPORT);
+            if (!(bytes instanceof Long) || (Long) bytes < 0 || (Long) bytes > MAX_FILE_BYTES) {
+                throw err(where + ".bytes", "must be an integer in [0, " + MAX_FILE_BYTES + "]",
+                    REEXPORT);
             }
             out.put(name, new Manifest.FileEntry((String) sha, (Long) bytes));
         }
@@ -368,8 +415,8 @@ public final class ManifestReader {
         return (int) x;
     }
 
-    private static int pos(Map<String, Object> o, String parent, String key) {
-        return intField(o, key, parent + "." + key, 1, Integer.MAX_VALUE);
+    private static int pos(Map<String, Object> o, String parent, String key, int hi) {
+        return intField(o, key, parent + "." + key, 1, hi);
     }
 
     /** A special token id: null (or absent) gives -1, else an id in [0, maxId]. */

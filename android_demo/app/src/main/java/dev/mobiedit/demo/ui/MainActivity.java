@@ -120,12 +120,13 @@ public final class MainActivity extends Activity {
         DemoApp.of(this).run(new DemoApp.Job<String>() {
             @Override
             protected String work() throws Exception {
-                return s.answer(q);
+                return s.chat(q);
             }
 
             @Override
             protected void done(String answer) {
-                transcript.append("\n" + q + answer);
+                // a chat answer is a reply, a plain answer continues the prompt
+                transcript.append("\n" + (s.chats() ? answer.trim() : q + answer));
                 ask.setEnabled(true);
             }
 

@@ -37,6 +37,8 @@ class BundleSessionTest {
         final QuadraticPrograms programs = new QuadraticPrograms(17);
         float[] slotU;
         int starts;
+        /** The prompt ids of the last start() call. */
+        int[] lastIds;
         final int[] french;
         final int[] english;
 
@@ -69,6 +71,7 @@ class BundleSessionTest {
                 @Override
                 public float[] start(int[] ids) {
                     starts++;
+                    lastIds = ids.clone();
                     pos = 0;
                     return logits();
                 }
@@ -81,7 +84,7 @@ class BundleSessionTest {
 
                 @Override
                 public int maxLength() {
-                    return 64;
+                    return 256;  // room for a chat turn spelled in the fixture tokenizer's bytes
                 }
             };
         }
@@ -157,6 +160,49 @@ class BundleSessionTest {
         Map<String, Object> metrics = again.journal().entry(1).metrics;
         assertEquals(true, metrics.get("succeeded"));
         assertTrue(Files2.readText(new File(dir, "journal/" + Journal.JOURNAL_FILE)).contains("\"status\": \"undone\""));
+    }
+
+    /** A fixture bundle whose manifest carries {@code template} as its chat template. */
+    @SuppressWarnings("unchecked")
+    private static File chatBundle(Path tmp, String name, String template, boolean chatDefault) throws Exception {
+        File dir = tmp.resolve(name).toFile();
+        Map<String, Object> m = Fixtures.writeBundle(dir, Fixtures.baseWeight());
+        File tf = new File(dir, "chat_template.jinja");
+        Files.write(tf.toPath(), template.getBytes("UTF-8"));
+        ((Map<String, Object>) m.get("files")).put("chat_template.jinja",
+            Fixtures.map("sha256", dev.mobiedit.demo.core.Sha256.hexOfFile(tf), "bytes", tf.length()));
+        m.put("chat", Fixtures.map("template_file", "chat_template.jinja", "default", chatDefault));
+        Files.write(new File(dir, "manifest.json").toPath(),
+            dev.mobiedit.demo.core.Json.write(m, true).getBytes("UTF-8"));
+        return dir;
+    }
+
+    @Test
+    void chatsThroughTheBundlesTemplateWhenItsManifestSaysSo(@TempDir Path tmp) throws Exception {
+        String smol = Files2.readText(Fixtures.resource("smollm2/chat_template.jinja"));
+        String q = "Where is Paris?";
+        FakeRuntime rt = new FakeRuntime();
+        BundleSession s = BundleSession.open(chatBundle(tmp, "chat", smol, true), (d, m) -> rt, null);
+        assertTrue(s.chats());
+        assertEquals(" French", s.chat(q));
+        String turn = dev.mobiedit.demo.core.ChatTemplate.parse(smol, "t").userPrompt(q);
+        assertTrue(turn.startsWith("<|im_start|>system\n") && turn.endsWith("<|im_start|>assistant\n"), turn);
+        assertArrayEquals(s.tokenizer().encode(turn, false), rt.lastIds);
+        assertEquals(" French", s.answer(q));  // the edit screen's answers stay plain completions
+        assertArrayEquals(s.tokenizer().encode(q, true), rt.lastIds);
+
+        FakeRuntime plainRt = new FakeRuntime();
+        BundleSession plain = BundleSession.open(chatBundle(tmp, "plain", smol, false), (d, m) -> plainRt, null);
+        assertTrue(!plain.chats());
+        plain.chat(q);
+        assertArrayEquals(plain.tokenizer().encode(q, true), plainRt.lastIds);
+
+        String llama3 = "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] }}{% endfor %}";
+        File foreign = chatBundle(tmp, "foreign", llama3, true);
+        MobiEditError e = assertThrows(MobiEditError.class,
+            () -> BundleSession.open(foreign, (d, m) -> new FakeRuntime(), null));
+        assertTrue(e.getMessage().contains("chat_template.jinja") && e.getMessage().contains("ChatML"),
+            e.getMessage());
     }
 
     @Test

@@ -119,6 +119,47 @@ class ManifestReaderTest {
         refusedAt(m, "edit_quantization");
     }
 
+    /** Issue 19 case 7: huge integers, deep nesting and unbounded sizes are named errors. */
+    @Test
+    void hostileNumbersNestingAndSizesAreNamedErrors() {
+        StringBuilder huge = new StringBuilder();
+        for (int i = 0; i < 5001; i++) {
+            huge.append('9');
+        }
+        Map<String, Object> m = valid();
+        String text = Json.write(m, true).replaceFirst("\"slots\": 2", "\"slots\": " + huge);
+        MobiEditError e = assertThrows(MobiEditError.class, () -> ManifestReader.parse(text));
+        assertTrue(e.getMessage().contains("field 'slots'"), e.getMessage());
+        StringBuilder deep = new StringBuilder("{\"a\": ");
+        for (int i = 0; i < 200_000; i++) {
+            deep.append('[');
+        }
+        assertThrows(MobiEditError.class, () -> ManifestReader.parse(deep.toString()));
+        m = valid();
+        m.put("slots", 1_000_000_000_000L);
+        refusedAt(m, "slots");
+        m = valid();
+        sub(m, "dims").put("d_out", "abc");
+        refusedAt(m, "dims.d_out");
+        for (String k : new String[] {"hidden_size", "intermediate_size", "d_out", "head_dim",
+                "num_layers", "num_kv_heads", "vocab_size"}) {
+            m = valid();
+            sub(m, "dims").put(k, (long) Integer.MAX_VALUE);
+            refusedAt(m, "dims." + k);
+        }
+        m = valid();
+        sub(m, "shapes").put("max_seq_len", 1L << 20);
+        refusedAt(m, "shapes.max_seq_len");
+        m = valid();  // each size in range, the KV cache they imply is not
+        sub(m, "dims").put("num_layers", 1024L);
+        sub(m, "dims").put("num_kv_heads", 1024L);
+        sub(m, "dims").put("head_dim", 128L);
+        sub(m, "shapes").put("max_seq_len", 65536L);
+        e = refused(m);
+        assertTrue(e.getMessage().contains("field 'shapes.max_seq_len'")
+            && e.getMessage().contains("implies a buffer"), e.getMessage());
+    }
+
     @Test
     void nullSpecialTokensFallBackLikeTheBundleTokenizer() {
         Map<String, Object> m = valid();
@@ -162,6 +203,25 @@ class ManifestReaderTest {
             sub(m, "programs", role).put("method", null);
         }
         assertNull(ManifestReader.parse(Json.write(m, true)).program("edit").method);
+    }
+
+    @Test
+    void readsTheOptionalChatTemplateEntry() {
+        Manifest none = ManifestReader.parse(Json.write(valid(), false));
+        assertNull(none.chatTemplateFile);
+        assertTrue(!none.chatDefault);
+        Map<String, Object> m = valid();
+        sub(m, "files").put("chat_template.jinja", Fixtures.map("sha256", Sha256Test.ABC, "bytes", 3L));
+        m.put("chat", Fixtures.map("template_file", "chat_template.jinja", "default", true));
+        Manifest chat = ManifestReader.parse(Json.write(m, false));
+        assertEquals("chat_template.jinja", chat.chatTemplateFile);
+        assertTrue(chat.chatDefault);
+        m.put("chat", Fixtures.map("template_file", "other.jinja", "default", true));
+        refusedAt(m, "chat.template_file");
+        m.put("chat", Fixtures.map("template_file", "chat_template.jinja", "default", "yes"));
+        refusedAt(m, "chat.default");
+        m.put("chat", null);
+        assertNull(ManifestReader.parse(Json.write(m, false)).chatTemplateFile);
     }
 
     @Test

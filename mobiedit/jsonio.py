@@ -1,0 +1,48 @@
+"""Strict JSON for untrusted files: duplicate keys refused, parser limits turned into one error type.
+
+Python's ``json`` keeps the *last* of two equal keys, so ``{"slots": 1, "slots": 10}`` silently
+means 10; a hand-edited or hostile file can hide a value that way. :func:`loads_strict` refuses
+duplicates, and every way the parser can fail on hostile text — malformed JSON, a number of more
+than 4 300 digits (Python's int-parsing limit raises ``ValueError``), nesting deep enough to raise
+``RecursionError`` — surfaces as :class:`JSONProblem` (a ``ValueError``) with a one-line message.
+Callers wrap it in their own named error (``RequestError``, ``JournalError``, ``BundleError``,
+``ModelLoadError``) with the path.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class JSONProblem(ValueError):
+    """Text that is not acceptable JSON (malformed, duplicate key, too deep, number too long)."""
+
+
+class DuplicateKeyError(JSONProblem):
+    """Well-formed JSON with two equal keys in one object."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(f"duplicate key {key[:80]!r} in one object (JSON keeps only the last)")
+        out[key] = value
+    return out
+
+
+def loads_strict(text: str) -> Any:
+    """Parse ``text`` like ``json.loads`` but refuse duplicate object keys.
+
+    Raises:
+        JSONProblem: malformed JSON, a duplicate key, nesting too deep, or an integer too long to
+            parse; the message is one line.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except JSONProblem:
+        raise
+    except RecursionError:
+        raise JSONProblem("nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, and the int-digits limit
+        raise JSONProblem(" ".join(str(e).split())[:200]) from None

@@ -1,0 +1,271 @@
+"""Issue 19 cases 7, 8 and 11: hostile manifests (huge integers, deep nesting, missing program
+inputs, wrong types, unbounded sizes) get a named BundleError; write failures are named errors
+with the path and the fix, found before any long work; duplicate JSON keys are refused in every
+user file; terminal output escapes control and right-to-left characters; `run` refuses a
+negative --max-new-tokens, never creates a bundle's journal/, and silences the runtime's C++
+start-up lines."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from mobiedit.errors import BundleError, ConfigError, FileSystemError, JournalError, ModelLoadError, RequestError
+from mobiedit.export.bundle import read_manifest
+from mobiedit.reliability.fuzz_hostile import DEEP, HUGE_INT, valid_manifest
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "mobiedit.cli", "--quiet", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _one_error(r) -> str:
+    """The CLI's single error line (exit 2, no traceback)."""
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mobiedit: error: "), r.stderr[-2000:]
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- case 7: manifest.json
+
+def _write(folder, m: dict | str) -> None:
+    (folder / "manifest.json").write_text(m if isinstance(m, str) else json.dumps(m), encoding="utf-8")
+
+
+def _set(m: dict, path: str, value) -> dict:
+    *parents, last = path.split(".")
+    cur = m
+    for k in parents:
+        cur = cur[k]
+    if value is KeyError:
+        del cur[last]
+    else:
+        cur[last] = value
+    return m
+
+
+def test_the_valid_manifest_is_accepted(tmp_path):
+    m = valid_manifest(tmp_path)
+    _write(tmp_path, m)
+    assert read_manifest(tmp_path)["dims"] == m["dims"]
+
+
+@pytest.mark.parametrize("raw,what", [
+    ('{"format_version": ' + HUGE_INT + "}", "Exceeds the limit"),
+    ('{"a": ' + "[" * DEEP + "]" * DEEP + "}", "nested too deeply"),
+    ('{"slots": 1, "slots": 2}', "duplicate key 'slots'"),
+])
+def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
+    _write(tmp_path, raw)
+    with pytest.raises(BundleError) as err:
+        read_manifest(tmp_path)
+    assert what in str(err.value) and str(tmp_path / "manifest.json") in str(err.value)
+
+
+@pytest.mark.parametrize("path,value,field", [
+    ("programs.prefill.inputs", KeyError, "programs.prefill.inputs"),
+    ("programs.edit.outputs", "logits", "programs.edit.outputs"),
+    ("dims.d_out", "abc", "dims.d_out"),
+    ("dims.hidden_size", 10**12, "dims.hidden_size"),
+    ("dims.num_layers", int(HUGE_INT[:4000]), "dims.num_layers"),
+    ("slots", 10**12, "slots"),
+    ("shapes.max_seq_len", 2**31, "shapes.max_seq_len"),
+    ("shapes.edit_K", "4", "shapes.edit_K"),
+    ("special_tokens.eos", 10**6, "special_tokens.eos"),
+    ("edit.templates", ["no slot"], "edit.templates[0]"),
+    ("edit.objective.kl_factor", "x", "edit.objective.kl_factor"),
+    ("edit.ridge", -1, "edit.ridge"),
+    ("edit.mom2", "yes", "edit.mom2"),
+    ("files.model.pte.sha256", "ABC", "files.model.pte.sha256"),
+])
+def test_every_manifest_section_is_validated(tmp_path, path, value, field):
+    m = valid_manifest(tmp_path)
+    if path.startswith("files.model.pte."):
+        m["files"]["model.pte"]["sha256"] = value
+    else:
+        _set(m, path, value)
+    _write(tmp_path, m)
+    with pytest.raises(BundleError) as err:
+        read_manifest(tmp_path)
+    assert f"field '{field}'" in str(err.value), str(err.value)
+
+
+def test_manifest_sizes_are_bounded_in_total_elements(tmp_path):
+    """Each size in range, but the KV cache they imply is 2 * 1024 * 1024 * 65536 * 128 elements."""
+    m = valid_manifest(tmp_path)
+    m["dims"].update(num_layers=1024, num_kv_heads=1024, head_dim=128)
+    m["shapes"]["max_seq_len"] = 65536
+    _write(tmp_path, m)
+    with pytest.raises(BundleError, match=r"field 'shapes.max_seq_len'.*implies a buffer"):
+        read_manifest(tmp_path)
+
+
+# ----------------------------------------------------------------------------- case 8: write failures
+
+def test_eval_json_at_a_folder_is_refused_before_loading(tmp_path):
+    line = _one_error(_cli("eval", "--model", str(tmp_path / "absent"), "--subject", "A", "--prompt", "{} is",
+                           "--target", "b", "--json", str(tmp_path)))
+    assert f"--json {tmp_path}: is a folder" in line and "fix: pass a file path" in line
+
+
+def test_a_read_only_or_full_destination_is_found_up_front(tmp_path, monkeypatch):
+    from mobiedit import outputs
+
+    def erofs(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / ".probe"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", erofs)
+    with pytest.raises(FileSystemError) as err:
+        outputs.check_output_dir(tmp_path / "out", "edit", need_bytes=1)
+    assert "cannot write here (Read-only file system)" in str(err.value) and str(tmp_path) in str(err.value)
+    assert "mounted read-only" in str(err.value)
+    monkeypatch.undo()
+
+    class Full:
+        f_bavail, f_frsize = 10, 4096
+
+    monkeypatch.setattr(os, "statvfs", lambda p: Full)
+    with pytest.raises(FileSystemError, match=r"needs about 1000.0 MB, only 0.0 MB are free.*free space"):
+        outputs.check_output_dir(tmp_path / "out", "quantize", need_bytes=10**9)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_os_error_reaching_the_cli_is_named_with_path_and_fix(tmp_path, tiny_llama_dir, monkeypatch, capsys):
+    """A full disk during the final write (after the up-front checks passed): one line, no traceback."""
+    from mobiedit import cli
+
+    target = tmp_path / "scores.json"
+    real_replace = os.replace
+
+    def enospc_at_target(src, dst, *a, **k):
+        # os.replace is looked up at call time everywhere, so the fault cannot outlive this test
+        # (patching a function that a lazily imported module binds by name would leak into others)
+        if Path(dst) == target:
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real_replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", enospc_at_target)
+    rc = cli.main(["--quiet", "eval", "--model", str(tiny_llama_dir), "--subject", "Paris", "--prompt",
+                   "{} is the capital of", "--target", "France", "--json", str(target)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert f"{target}: No space left on device" in err and "fix: free space on that disk" in err
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("code,reason,fix", [
+    (errno.EACCES, "Permission denied", "make the folder writable"),
+    (errno.EROFS, "Read-only file system", "mounted read-only"),
+    (errno.ENOSPC, "No space left on device", "free space on that disk"),
+    (errno.EISDIR, "Is a directory", "pass a file path"),
+])
+def test_os_errors_become_named_errors_with_the_path(tmp_path, code, reason, fix):
+    from mobiedit.outputs import named_os_error
+
+    e = named_os_error(OSError(code, reason, str(tmp_path / "f")))
+    assert isinstance(e, FileSystemError) and str(e).startswith(f"{tmp_path / 'f'}: {reason}") and fix in str(e)
+
+
+# ----------------------------------------------------------------------------- case 11: duplicate keys
+
+def test_duplicate_keys_are_refused_in_requests_config_and_journal(tmp_path, tiny_llama_dir):
+    import shutil
+
+    from mobiedit.journal import Journal
+    from mobiedit.models import read_config
+    from mobiedit.reliability.fuzz import template_journal
+    from mobiedit.requests import load_requests
+
+    req = tmp_path / "r.json"
+    req.write_text('[{"case_id": 1, "subject": "Paris", "prompt": "{} is in", "target_new": "Italy", '
+                   '"target_new": "Spain"}]')
+    with pytest.raises(RequestError, match="duplicate key 'target_new'"):
+        load_requests(req)
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_llama_dir, model)
+    text = (model / "config.json").read_text()
+    (model / "config.json").write_text(text.replace("{", '{"num_hidden_layers": 99999, ', 1))
+    with pytest.raises(ModelLoadError, match="duplicate key 'num_hidden_layers'") as err:
+        read_config(model)
+    assert str(model / "config.json") in str(err.value)
+
+    jdir = tmp_path / "j"
+    shutil.copytree(template_journal(), jdir)
+    path = jdir / "journal.jsonl"
+    lines = path.read_text().splitlines()
+    lines[0] = lines[0].replace("{", '{"id": 77, ', 1)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(JournalError, match="duplicate key 'id'"):
+        Journal.open(jdir, readonly=True)
+
+
+# ----------------------------------------------------------------------------- case 11: the terminal
+
+def test_terminal_output_escapes_control_and_bidi_characters():
+    from mobiedit.termsafe import term_safe
+
+    assert term_safe("evil\u202etxt.exe\x00\x1b[2J") == "evil\\u202etxt.exe\\x00\\x1b[2J"
+    assert term_safe("a\nb\tc", keep_newlines=True) == "a\nb\tc" and term_safe("a\nb") == "a\\x0ab"
+    assert term_safe("Zürich 東京 القاهرة") == "Zürich 東京 القاهرة"  # scripts pass; only controls are escaped
+
+
+def test_cli_prints_a_hostile_case_id_escaped(tmp_path, tiny_llama_dir):
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps([{"case_id": "x\u202eexe.txt\x1b[31m", "subject": "Paris", "prompt": "Paris is in",
+                                "target_new": "Italy"}]))
+    r = _cli("edit", "--model", str(tiny_llama_dir), "--requests", str(req), "--method", "rome", "--layer", "0",
+             "--force", "--out", str(tmp_path / "out"))
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    assert "\u202e" not in r.stdout and "\x1b" not in r.stdout
+    assert "x\\u202eexe.txt\\x1b[31m: " in r.stdout
+
+
+# ----------------------------------------------------------------------------- case 11: `run`
+
+def test_run_refuses_a_negative_token_count_and_never_creates_the_journal(tmp_path):
+    line = _one_error(_cli("run", str(tmp_path / "absent"), "--prompt", "hi", "--max-new-tokens", "-5"))
+    assert "--max-new-tokens" in line and "-5" in line
+
+
+def test_run_is_a_reader_it_never_creates_a_missing_journal(tmp_path, kill_bundle_base):
+    import shutil
+
+    bundle = tmp_path / "b"
+    shutil.copytree(kill_bundle_base, bundle)
+    shutil.rmtree(bundle / "journal")
+    r = _cli("run", str(bundle), "--prompt", "The capital of France is", "--max-new-tokens", "2")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not (bundle / "journal").exists()
+
+
+def test_the_runtime_start_up_lines_are_silenced():
+    """The C++ runtime's lines (ExecuTorch's cpuinfo "Failed to open midr file", written to file
+    descriptors 1 and 2 while a program loads) do not reach the terminal; Python's output does."""
+    code = ("import os, sys\nfrom mobiedit.export.runtime import quiet_native_output\nprint('before', flush=True)\n"
+            "with quiet_native_output():\n    os.write(1, b'[cpuinfo_utils.cpp:71] out\\n')\n"
+            "    os.write(2, b'[cpuinfo_utils.cpp:87] err\\n')\n"
+            "print('after', flush=True)\nprint('stderr after', file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "cpuinfo" not in r.stdout + r.stderr
+    assert r.stdout.split() == ["before", "after"] and "stderr after" in r.stderr
+
+
+def test_a_damaged_program_file_is_a_named_error(tmp_path):
+    from mobiedit.export.runtime import load_pte
+
+    pte = tmp_path / "model.pte"
+    pte.write_bytes(b"not a program" * 5)
+    with pytest.raises(BundleError) as err:
+        load_pte(pte)
+    assert "not a loadable ExecuTorch program" in str(err.value) and str(pte) in str(err.value)
+
