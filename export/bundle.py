@@ -8,7 +8,6 @@ anything runs. A :class:`Bundle` then loads programs lazily.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -19,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from mobiedit.atomic import atomic_dir
+from mobiedit.digest import files_sha256
 from mobiedit.errors import BundleError
 from mobiedit.journal import Journal, tensor_sha256
 from mobiedit.journal_guard import check_bundle_journal
@@ -37,14 +37,6 @@ MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 KEYSTATS = "keystats.safetensors"
 JOURNAL = "journal"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def pack_symmetric(m: torch.Tensor) -> torch.Tensor:
@@ -140,7 +132,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
         checks["capture_seconds"] = round(t_capture, 1)
         manifest = _manifest(prep, cfg, programs, special, checks)
         manifest["chat"] = chat
-        manifest["files"] = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        manifest["files"] = {p.name: {"sha256": files_sha256([p]), "bytes": p.stat().st_size}
                              for p in sorted(tmp.iterdir()) if p.is_file() and p.name != MANIFEST}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
         mark_output(tmp, "bundle")  # not listed in files: hidden names are never bundle files
@@ -237,7 +229,7 @@ def verify_files(path: Path, manifest: dict) -> None:
         where = f"{path / MANIFEST}, field 'files.{name}'"
         if not p.is_file():
             raise BundleError("file is missing", where=where, fix="re-export the bundle")
-        if p.stat().st_size != meta.get("bytes") or sha256_file(p) != meta.get("sha256"):
+        if p.stat().st_size != meta.get("bytes") or files_sha256([p]) != meta.get("sha256"):
             raise BundleError("sha256 / size mismatch: the file changed after export", where=where,
                               fix="re-export the bundle or restore the file")
 

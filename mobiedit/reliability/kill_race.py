@@ -28,18 +28,16 @@ is how the tests show that these checks catch lost edits and undos.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import signal
 import time
 from pathlib import Path
 
-from .kill_bundle import file_digests, select_requests, verify_bundle_state
+from .kill_bundle import BundleCopies
 from .kill_harness import WriterStats
-from .kill_proc import Forked, _read_all, _silence, arm_crash_point, fork_call, temps_in
+from .kill_proc import Forked, _read_all, _silence, arm_crash_point, temps_in
 
-N_REQUESTS = 16
 #: commit calls of an uninterrupted run: a bundle edit (first edit of the journal / later), an undo
 EDIT_CALLS, FIRST_EDIT_CALLS, UNDO_CALLS = 6, 9, 3
 HANG_SECONDS = 180.0
@@ -109,47 +107,19 @@ def classify_race(before: dict, after: dict, plan: list[dict]) -> tuple[str, lis
     return ("lost", lost) if lost else ("ok", [])
 
 
-class RaceWriter:
+class RaceWriter(BundleCopies):
     """Two-writer trials (see the module docstring), run by a
     :class:`~mobiedit.reliability.kill_harness.Harness` (rng, statistics, bookkeeping)."""
 
     name = "bundle-race"
 
     def __init__(self, harness, base: Path, unlocked: bool = False) -> None:
-        self.h, self.base, self.unlocked = harness, Path(base), unlocked
-        work = harness.work
-        self.root, self.scratch = work / "bundle_race", work / "bundle_race_verify"
-        self.requests = work / "bundle_race_requests.json"
-        self.case_ids = fork_call(select_requests, str(self.base), str(self.requests), N_REQUESTS)
-        if len(self.case_ids) < 4:
-            raise RuntimeError(f"only {len(self.case_ids)} bundled requests fit the bundle {self.base}")
-        self.requests_sha = hashlib.sha256(self.requests.read_bytes()).hexdigest()
-        self.base_files = {k: v for k, v in file_digests(self.base).items() if not k.startswith("journal/")}
-        self.index, self.k = -1, 0
-        self.runs: list[float] = []
+        self._init_copies(harness, base, "bundle_race", min_requests=4)
+        self.unlocked = unlocked
         self.lost = 0
         self.modes: dict[str, int] = {}
         shutil.rmtree(self.root, ignore_errors=True)
         self.state = self._rotate()
-
-    def folder(self) -> Path:
-        return self.root / f"b{self.index:03d}"
-
-    def _verify(self) -> dict:
-        return fork_call(verify_bundle_state, str(self.folder()), self.base_files, str(self.requests),
-                         self.requests_sha, str(self.scratch))
-
-    def _rotate(self) -> dict:
-        old = self.folder() if self.index >= 0 else None
-        self.index += 1
-        shutil.copytree(self.base, self.folder(), symlinks=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        state = self._verify()
-        if state["problems"]:
-            raise RuntimeError(f"the base bundle does not verify: {state['problems']}")
-        self.state = state
-        return state
 
     def _next_offset(self, taken: set[int]) -> int:
         while True:

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from ..atomic import atomic_path
+from ..digest import update_with_file
 from ..errors import NumericalError
 from ..families import Family, get_module
 from ..hooks import record
@@ -32,9 +33,7 @@ def weights_digest(model_dir: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(Path(model_dir).glob("*.safetensors")):
         h.update(p.name.encode())
-        with open(p, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        update_with_file(h, p)
     return h.hexdigest()[:16]
 
 
