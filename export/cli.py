@@ -95,7 +95,7 @@ def cmd_export(args) -> int:
     import torch
 
     from mobiedit.checkpoints import resolve_model_arg
-    from mobiedit.cli import resolve_model
+    from mobiedit.resolve import resolve_model
 
     from .bundle import export_bundle, load_bundle
 
@@ -170,7 +170,7 @@ def bundle_edit(args) -> int:
 
     import torch
 
-    from mobiedit.cli import load_cli_requests
+    from mobiedit.resolve import load_cli_requests
 
     from .bundle import load_bundle
     from .ops import default_zo, edit_bundle

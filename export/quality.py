@@ -164,7 +164,8 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mobiedit.cli import _quiet_libraries, edit_layer_for, resolve_model
+    from mobiedit.quiet import quiet_libraries
+    from mobiedit.resolve import edit_layer_for, resolve_model
     from mobiedit.models import load_model
     from mobiedit.requests import bundled_path, load_requests
 
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no training progress bar")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    _quiet_libraries()
+    quiet_libraries()
     torch.set_num_threads(1)
     try:
         model_dir = resolve_model(args)

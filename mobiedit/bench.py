@@ -95,13 +95,13 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
     import torch
 
     torch.set_num_threads(1)
-    from .cli import _quiet_libraries
+    from .quiet import quiet_libraries
     from .evaluate import aggregate
     from .models import load_model
     from .requests import load_requests
     from .session import check_fits, edit_independent, prepare
 
-    _quiet_libraries()
+    quiet_libraries()
     cfg = row_config(name, layer, seed)
     lm = load_model(model_dir)
     reqs = load_requests(req_file)[:n]
@@ -234,7 +234,7 @@ def _fluency(q: dict) -> str:
 
 def cmd_bench(args) -> int:
     from .atomic import atomic_write_text
-    from .cli import edit_layer_for, resolve_model
+    from .resolve import edit_layer_for, resolve_model
     from .requests import bundled_path
 
     model_dir = resolve_model(args)

@@ -115,7 +115,7 @@ def cmd_bench_prefix(args) -> int:
     from pathlib import Path
 
     from .atomic import atomic_write_text
-    from .cli import edit_layer_for, resolve_model
+    from .resolve import edit_layer_for, resolve_model
 
     torch.set_num_threads(1)
     model_dir = resolve_model(args)
@@ -190,7 +190,7 @@ def cmd_bench_quant(args) -> int:
     from pathlib import Path
 
     from .atomic import atomic_write_text
-    from .cli import edit_layer_for, resolve_model
+    from .resolve import edit_layer_for, resolve_model
 
     torch.set_num_threads(1)
     model_dir = resolve_model(args)

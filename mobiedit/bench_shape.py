@@ -72,7 +72,7 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from .cli import _quiet_libraries
+    from .quiet import quiet_libraries
     from .forward.quant import QuantConfig
     from .methods.zo_edit import MobiEditConfig
     from .models import load_model
@@ -82,7 +82,7 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     from .rss import return_freed_memory
     from .zo import ZOConfig
 
-    _quiet_libraries()
+    quiet_libraries()
     malloc_tuned = return_freed_memory()  # both methods' children alike
     req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
     base = _rss_mb()  # the interpreter + torch + transformers, before any weight
@@ -108,9 +108,9 @@ def _build_child(shape: str, folder: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from .cli import _quiet_libraries
+    from .quiet import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     build_random(shape, Path(folder))
 
 
@@ -118,10 +118,10 @@ def _quantize_child(folder: str, layer: int, out: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from .cli import _quiet_libraries
+    from .quiet import quiet_libraries
     from .forward.quant import QuantConfig, save_quantized
 
-    _quiet_libraries()
+    quiet_libraries()
     save_quantized(folder, out, layer, QuantConfig("w8a16", head_dtype="bfloat16"))
 
 
@@ -143,9 +143,9 @@ def _prefix_child(folder: str, layer: int, K: int, reps: int, out: str) -> None:
 
     torch.set_num_threads(1)
     from .bench_prefix import measure
-    from .cli import _quiet_libraries
+    from .quiet import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     res = [measure(folder, layer, 1, K, reps, q) for q in ("none", "w8a16")]
     Path(out).write_text(json.dumps(res))
 

@@ -7,81 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import sys
-import warnings
 from pathlib import Path
 
 from .errors import ConfigError, MobiEditError
+from .quiet import quiet_libraries
+from .resolve import edit_layer_for, load_cli_requests, method_config, resolve_model
 from .termsafe import term_safe
 
 log = logging.getLogger("mobiedit")
 
 METHODS = ("rome", "mobiedit")
-
-
-def _quiet_libraries() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore")
-    for name in ("torchao", "torch._dynamo", "torch.utils._pytree", "transformers"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
-
-
-def resolve_model(args) -> Path:
-    """``--model DIR`` or ``--preset NAME`` (the fact LM, trained and cached on first use)."""
-    if getattr(args, "model", None):
-        from .checkpoints import resolve_model_arg
-
-        return resolve_model_arg(args.model)
-    from .factlm import ensure_fact_lm
-
-    return ensure_fact_lm(args.preset, progress=not args.quiet)
-
-
-def edit_layer_for(model_dir: Path, override: int | None) -> int:
-    """The edit layer: ``--layer``, else the model profile's (``mobiedit.json``), else an error."""
-    from .profile import resolve_layer
-
-    return resolve_layer(model_dir, override)
-
-
-def method_config(method: str, layer: int, config_path: str | None, seed: int):
-    """The method's dataclass config: YAML file (if any) with ``layer`` and seed applied."""
-    import dataclasses
-
-    from .config_io import load_yaml
-    from .methods.zo_edit import MobiEditConfig
-    from .rome.config import ROMEConfig
-
-    cls = {"rome": ROMEConfig, "mobiedit": MobiEditConfig}[method]
-    cfg = load_yaml(cls, config_path) if config_path else cls()
-    cfg = dataclasses.replace(cfg, layer=layer)
-    if method == "mobiedit":
-        cfg = dataclasses.replace(cfg, zo=dataclasses.replace(cfg.zo, seed=seed))
-    return cfg
-
-
-def load_cli_requests(args):
-    from .requests import load_requests, requests_from_cli
-
-    if args.requests:
-        reqs = load_requests(args.requests)
-    elif args.subject and args.prompt and args.target:
-        reqs = requests_from_cli(args.subject, args.prompt, args.target, getattr(args, "target_true", None))
-    else:
-        raise ConfigError("no edit requests given", where="--requests",
-                          fix="pass --requests FILE, or --subject S --prompt P --target T")
-    return reqs[args.offset: args.offset + args.limit] if args.limit else reqs[args.offset:]
 
 
 def cmd_model(args) -> int:
@@ -382,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet_libraries()
+    quiet_libraries()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -27,12 +27,13 @@ def _edit_child(method: str, model_dir: str, req: dict, layer: int, seed: int, o
     from safetensors.torch import save_file
 
     torch.set_num_threads(1)
-    from .cli import _quiet_libraries, method_config
+    from .quiet import quiet_libraries
+    from .resolve import method_config
     from .models import load_model
     from .requests import EditRequest
     from .session import prepare, run_method
 
-    _quiet_libraries()
+    quiet_libraries()
     lm = load_model(model_dir)
     cfg = method_config(method, layer, None, seed)
     ctx = prepare(lm, cfg, seed)
@@ -81,7 +82,7 @@ def completions(lm, prompts: list[str], n_tokens: int = 4) -> list[str]:
 def cmd_demo(args) -> int:
     import torch
 
-    from .cli import edit_layer_for, resolve_model
+    from .resolve import edit_layer_for, resolve_model
     from .families import get_module
     from .journal import apply_factors
     from .models import load_model

@@ -166,9 +166,10 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
 def _preimport(bundle_runtime: str | None = None) -> None:
     """Import everything the writers use so that forked children start warm (no torch compute);
     with ``bundle_runtime`` also the bundle code and that runtime's Python package."""
-    from .. import cli
+    from .. import cli  # noqa: F401  (the writers' children run the CLI: pre-import it)
+    from ..quiet import quiet_libraries
 
-    cli._quiet_libraries()
+    quiet_libraries()
     import torch
     import transformers  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401

@@ -61,7 +61,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
     Checkpoints above ``n_edits`` are dropped; ``n_edits`` itself is always one."""
     import torch
 
-    from ..cli import edit_layer_for, method_config
+    from ..resolve import edit_layer_for, method_config
     from ..errors import ConfigError
     from ..evaluate import aggregate, pre_edit_snapshot, score_request
     from ..families import get_module
@@ -186,7 +186,7 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..cli import _quiet_libraries
+    from ..quiet import quiet_libraries
     from ..errors import MobiEditError
 
     p = argparse.ArgumentParser(prog="python -m mobiedit.reliability.sequential",
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the result as JSON here")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
-    _quiet_libraries()
+    quiet_libraries()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.model:
