@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .atomic import atomic_write_text
 from .errors import ConfigError
+from .jsonio import JSONProblem, loads_strict
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,9 @@ def read_profile(model_dir: str | os.PathLike) -> ModelProfile | None:
     if not path.is_file():
         return None
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ConfigError(f"not readable JSON ({type(e).__name__})", where=str(path),
+        raw = loads_strict(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # JSONProblem is a ValueError
+        raise ConfigError(f"not readable JSON ({e if isinstance(e, JSONProblem) else type(e).__name__})", where=str(path),
                           fix="delete it and rerun `mobiedit trace --write-profile`") from None
     if not isinstance(raw, dict):
         raise ConfigError("must hold a JSON object", where=str(path), fix="rerun `mobiedit trace --write-profile`")

@@ -91,6 +91,10 @@ def test_profile_roundtrip_and_errors(tmp_path):
     (tmp_path / "mobiedit.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not readable JSON"):
         read_profile(tmp_path)
+    # a hand-edited profile cannot hide a second edit layer behind the first (JSON keeps the last)
+    (tmp_path / "mobiedit.json").write_text('{"edit_layer": 1, "edit_layer": 4}')
+    with pytest.raises(ConfigError, match="duplicate key 'edit_layer'"):
+        read_profile(tmp_path)
 
 
 def test_checkpoint_registry_errors(monkeypatch):
