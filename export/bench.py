@@ -224,7 +224,7 @@ def run(a: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import bench_arguments
+    from .bench_flags import bench_arguments
 
     p = argparse.ArgumentParser(prog="python -m mobiedit.export.bench", description=__doc__)
     bench_arguments(p)

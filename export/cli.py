@@ -21,25 +21,21 @@ def register(subparsers) -> None:
     sp.add_argument("--overwrite", action="store_true",
                     help="replace a non-empty --out folder that is not a previous `mobiedit export` output")
     sp.add_argument("--runtime", choices=("executorch", "onnxruntime"), default="executorch")
-    sp.add_argument("--quant", default=None,
-                    help="fp32 | 8da8w | 8da4w (executorch) | qdq_a16w8 (onnxruntime); "
-                         "default 8da8w for executorch, qdq_a16w8 for onnxruntime")
-    sp.add_argument("--edit-quant", default="auto", help="auto | delta | w8 | fp32 | same (edit program; see docs/export.md)")
+    # every config flag defaults to None: only the flags given are merged over default_export_config
+    sp.add_argument("--quant", help="fp32 | 8da8w | 8da4w (executorch) | qdq_a16w8 (onnxruntime); "
+                                    "default 8da8w for executorch, qdq_a16w8 for onnxruntime")
+    sp.add_argument("--edit-quant", help="auto | delta | w8 | fp32 | same (edit program; default auto; see docs/export.md)")
     sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's, mobiedit.json)")
-    sp.add_argument("--max-seq-len", type=int, default=128)
-    sp.add_argument("--prefill-chunk", type=int, default=16)
-    sp.add_argument("--slots", type=int, default=8)
-    for name, default in (("k", 17), ("rows", 22), ("suffix", 16), ("prefix", 32), ("targets", 128), ("kl", 1)):
-        sp.add_argument(f"--edit-{name}", type=int, default=default)
+    for flag, (section, key) in _INT_FLAGS.items():
+        sp.add_argument(f"--{flag}", type=int, help=f"{section}.{key} (default {_default_of(section, key)})")
     sp.add_argument("--fit-requests", metavar="FILE",
                     help="request file (JSON) whose edits the edit programs must take: grows the --edit-* shapes")
     sp.add_argument("--fit-n", type=int, default=0, help="use the first N requests of --fit-requests (0 = all)")
     sp.add_argument("--quantize-lm-head", action="store_true", help="quantize the inference LM head too")
     sp.add_argument("--quantize-embedding", action="store_true", help="int8 token embedding")
     sp.add_argument("--no-mom2", action="store_true", help="ship C^-1 = I (no key statistics)")
-    sp.add_argument("--stats-limit", type=int, default=0, help="texts of the statistics corpus to use (0 = all)")
     sp.add_argument("--no-lint", action="store_true", help="skip the NPU graph lint")
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=int, help="edit.seed: context templates' sampling seed (default 0)")
     sp.set_defaults(fn=cmd_export)
 
     sp = subparsers.add_parser("run", help="generate from a bundle alone (active journal edits applied)")
@@ -53,6 +49,8 @@ def register(subparsers) -> None:
 
     sp = subparsers.add_parser("bench-export", help="bundle size vs fp32 safetensors and decode tokens/s vs eager "
                                                     "fp32 HF, measured in one run (exports first unless --bundle)")
+    from .bench_flags import bench_arguments
+
     bench_arguments(sp)
     sp.set_defaults(fn=cmd_bench_export)
 
@@ -62,31 +60,45 @@ def register(subparsers) -> None:
     sp.set_defaults(fn=cmd_undo)
 
 
-def bench_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of the export benchmark (``mobiedit bench-export``, ``python -m mobiedit.export.bench``)."""
-    p.add_argument("--out", required=True, help="folder for bench.json (and the exported bundle)")
-    p.add_argument("--model", help="model folder or checkpoint name (default: random 0.5B Qwen2 under --out)")
-    p.add_argument("--bundle", help="measure this already exported bundle of --model instead of exporting")
-    p.add_argument("--runtime", default="executorch", choices=("executorch", "onnxruntime"))
-    p.add_argument("--quant", default="8da8w")
-    p.add_argument("--decode-tokens", type=int, default=32)
-    p.add_argument("--prompt", help="prompt both sides decode after (default: bench.BENCH_PROMPT)")
-    p.add_argument("--float-head", action="store_true", help="keep the LM head and embedding float")
+_INT_FLAGS = {  # flag -> (ExportConfig section, field)
+    "max-seq-len": ("inference", "max_seq_len"), "prefill-chunk": ("inference", "prefill_chunk"),
+    "slots": ("inference", "slots"), "edit-k": ("edit_shapes", "K"), "edit-rows": ("edit_shapes", "rows"),
+    "edit-suffix": ("edit_shapes", "suffix"), "edit-prefix": ("edit_shapes", "prefix"),
+    "edit-targets": ("edit_shapes", "targets"), "edit-kl": ("edit_shapes", "kl"),
+    "stats-limit": ("edit", "stats_limit"),
+}
+
+
+def _default_of(section: str, key: str):
+    from .config import default_export_config
+
+    return getattr(getattr(default_export_config(), section), key)
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`~mobiedit.export.config.ExportConfig` of ``mobiedit export``'s flags."""
-    from .config import EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig, QuantizeConfig
+    """The :class:`~mobiedit.export.config.ExportConfig` of ``mobiedit export``'s flags: the flags
+    given, merged over :func:`~mobiedit.export.config.default_export_config` of ``--runtime``."""
+    from mobiedit.config_io import merge
 
-    quant = args.quant or ("8da8w" if args.runtime == "executorch" else "qdq_a16w8")
-    return ExportConfig(
-        inference=InferenceShapes(max_seq_len=args.max_seq_len, prefill_chunk=args.prefill_chunk, slots=args.slots),
-        edit_shapes=EditShapes(K=args.edit_k, rows=args.edit_rows, suffix=args.edit_suffix, prefix=args.edit_prefix,
-                               targets=args.edit_targets, kl=args.edit_kl),
-        quant=QuantizeConfig(scheme=quant, edit_scheme=args.edit_quant, quantize_lm_head=args.quantize_lm_head,
-                             quantize_embedding=args.quantize_embedding),
-        lower=LowerConfig(runtime=args.runtime, lint=not args.no_lint),
-        edit=EditSetup(layer=args.layer, seed=args.seed, mom2=not args.no_mom2, stats_limit=args.stats_limit))
+    from .config import default_export_config
+
+    over: dict = {}
+
+    def put(section: str, key: str, value) -> None:
+        if value is not None:
+            over.setdefault(section, {})[key] = value
+
+    for flag, (section, key) in _INT_FLAGS.items():
+        put(section, key, getattr(args, flag.replace("-", "_")))
+    put("quant", "scheme", args.quant)
+    put("quant", "edit_scheme", args.edit_quant)
+    put("quant", "quantize_lm_head", args.quantize_lm_head or None)
+    put("quant", "quantize_embedding", args.quantize_embedding or None)
+    put("lower", "lint", False if args.no_lint else None)
+    put("edit", "layer", args.layer)
+    put("edit", "seed", args.seed)
+    put("edit", "mom2", False if args.no_mom2 else None)
+    return merge(default_export_config(args.runtime), over)
 
 
 def cmd_export(args) -> int:

@@ -217,3 +217,16 @@ class ExportConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+DEFAULT_SCHEME = {"executorch": "8da8w", "onnxruntime": "qdq_a16w8"}  # the shipped program scheme per runtime
+
+
+def default_export_config(runtime: str = "executorch") -> ExportConfig:
+    """The shipped export configuration for ``runtime``: every section at its defaults, the
+    runtime's default quantization scheme (:data:`DEFAULT_SCHEME`). ``mobiedit export``'s flags
+    are merged over it (:func:`mobiedit.config_io.merge`)."""
+    if runtime not in DEFAULT_SCHEME:
+        raise ConfigError(f"unknown runtime {runtime!r}", where="lower.runtime", fix=f"use one of {sorted(DEFAULT_SCHEME)}")
+    return ExportConfig(quant=QuantizeConfig(scheme=DEFAULT_SCHEME[runtime]), lower=LowerConfig(runtime=runtime))
+

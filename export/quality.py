@@ -49,16 +49,13 @@ def _fits(bundle_dir: Path, reqs) -> bool:
 def export_default(model_dir: Path, runtime: str, out: Path, reqs) -> Path:
     """``mobiedit export --runtime RUNTIME`` with its default flags, the edit shapes fitted to
     ``reqs`` (reused when ``out`` loads and takes every request)."""
-    from mobiedit.cli import build_parser
-
     from .bundle import export_bundle
-    from .cli import config_from_args
+    from .config import default_export_config
 
     if _fits(out, reqs):
         return out
-    args = build_parser().parse_args(["export", "--model", str(model_dir), "--out", str(out), "--runtime", runtime])
     t0 = time.perf_counter()
-    export_bundle(model_dir, out, config_from_args(args), fit_requests=reqs)
+    export_bundle(model_dir, out, default_export_config(runtime), fit_requests=reqs)
     log.warning("exported %s bundle in %.0f s", runtime, time.perf_counter() - t0)
     return out
 

@@ -38,13 +38,13 @@ def build_random(shape: str, folder: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from .factlm.pipeline import load_records
+    from .corpora import counterfact_records
     from .factlm.train import train_tokenizer
 
     if shape not in SHAPES:
         raise ConfigError(f"unknown shape {shape!r}", where="--shape", fix=f"use one of {sorted(SHAPES)}")
     family, kw = SHAPES[shape]
-    recs, _ = load_records()
+    recs, _ = counterfact_records()
     tok = train_tokenizer([f"{r['prompt']} {r['ground_truth']}" for r in recs], 1024)
     cfg = AutoConfig.for_model(family, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                                pad_token_id=tok.pad_token_id, **kw)
@@ -119,7 +119,8 @@ def _quantize_child(folder: str, layer: int, out: str) -> None:
 
     torch.set_num_threads(1)
     from .quiet import quiet_libraries
-    from .forward.quant import QuantConfig, save_quantized
+    from .forward.quant import QuantConfig
+    from .forward.quant_save import save_quantized
 
     quiet_libraries()
     save_quantized(folder, out, layer, QuantConfig("w8a16", head_dtype="bfloat16"))

@@ -63,6 +63,13 @@ def cmd_edit(args) -> int:
     if args.bundle:
         from .export.cli import bundle_edit
 
+        for flag, given in (("--method", args.method != "mobiedit"), ("--config", args.config),
+                            ("--layer", args.layer is not None), ("--out", args.out)):
+            if given:
+                raise ConfigError(f"{flag} does not apply to a bundle edit", where=flag,
+                                  fix="drop it: a bundle is edited in place by its own forward-only edit program, "
+                                      "at the layer and with the recipe it was exported with")
+
         return bundle_edit(args)
     if not args.out:
         raise ConfigError("no output folder", where="--out", fix="pass --out DIR (a new HF folder is written there)")
@@ -207,7 +214,8 @@ def cmd_undo(args) -> int:
 
 
 def cmd_quantize(args) -> int:
-    from .forward.quant import QuantConfig, save_quantized
+    from .forward.quant import QuantConfig
+    from .forward.quant_save import save_quantized
 
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)

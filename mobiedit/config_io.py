@@ -27,29 +27,41 @@ def _tuplify(value: Any) -> Any:
     return tuple(_tuplify(v) for v in value) if isinstance(value, list) else value
 
 
-def from_dict(cls: type, data: Any, path: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``; missing keys keep defaults, unknown keys raise."""
+def merge(base: Any, data: Any, path: str = "") -> Any:
+    """``base`` (a dataclass instance) with the partial mapping ``data`` merged over it.
+
+    OmegaConf-style structured merge: a key absent from ``data`` keeps ``base``'s value, a nested
+    mapping is merged over ``base``'s nested dataclass (``{"zo": {"lr": 0.3}}`` changes one field of
+    the current ``zo`` and keeps its estimator, directions and budget), any other value replaces
+    the field (lists become tuples). Unknown keys raise a :class:`ConfigError` naming their dotted
+    path; the result is validated by the dataclass's own ``__post_init__``."""
+    cls = type(base)
     if not isinstance(data, dict):
         raise ConfigError(f"expected a mapping, got {type(data).__name__}", where=path or "config",
                           fix="write key: value pairs")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    unknown = sorted(set(data) - names, key=str)
     if unknown:
         raise ConfigError(f"unknown key(s) {unknown}", where=path or cls.__name__,
                           fix=f"valid keys: {sorted(names)}")
-    kwargs = {}
+    changes = {}
     for key, value in data.items():
-        hint = hints[key]
         sub = f"{path}.{key}" if path else key
-        if dataclasses.is_dataclass(hint):
-            kwargs[key] = from_dict(hint, value, sub)
+        current = getattr(base, key)
+        if dataclasses.is_dataclass(hints[key]) and dataclasses.is_dataclass(current):
+            changes[key] = merge(current, value, sub)
         else:
-            kwargs[key] = _tuplify(value)
+            changes[key] = _tuplify(value)
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **changes)
     except TypeError as e:
         raise ConfigError(str(e), where=path or cls.__name__, fix="check the value types") from None
+
+
+def from_dict(cls: type, data: Any, path: str = "") -> Any:
+    """Dataclass ``cls`` from a partial mapping: :func:`merge` over ``cls()``'s defaults."""
+    return merge(cls(), data, path)
 
 
 def load_yaml(cls: type, path: str | Path) -> Any:

@@ -175,3 +175,15 @@ def _pieces(text: str, ids: list[int], offs: list[tuple[int, int]], limit: int) 
         if piece:
             pieces.append((piece, min(limit, len(ids) - s)))
     return pieces
+
+
+def counterfact_records() -> tuple[list[dict], list[dict]]:
+    """The bundled CounterFact edit set (1k) and train set (10k), flat form: the fact LM's
+    pretraining facts and the ``counterfact`` key-statistics corpus."""
+    import json
+
+    from .requests import bundled_path
+
+    return (json.loads(bundled_path("counterfact-edit-1k.json").read_text()),
+            json.loads(bundled_path("counterfact-train.json").read_text()))
+

@@ -62,19 +62,15 @@ def stats_corpus_for(lm: LoadedModel, budget: int = STATS_TOKENS) -> StatsCorpus
       chunks of at most :data:`STATS_MAX_LEN` tokens, the first ``budget`` tokens;
     * ``counterfact`` — the bundled CounterFact prompts with their answers (a small fallback).
 
-    Without a profile: the fact LM's corpus file when the folder has one, else ``wikipedia``.
+    Without a profile: ``wikipedia`` (the fact LM writes a profile naming its own corpus file).
     Every text is at most :data:`STATS_MAX_LEN` tokens (longer lines are cut, not truncated away).
     """
-    from .corpora import chunk_texts, source_info, wikipedia_texts
+    from .corpora import chunk_texts, counterfact_records, source_info, wikipedia_texts
     from .errors import ConfigError
-    from .factlm.pipeline import CORPUS_FILE, load_records
     from .profile import PROFILE_FILE, read_profile
 
     prof = read_profile(lm.path)
-    if prof is not None:
-        src = prof.stats_corpus
-    else:
-        src = f"file:{CORPUS_FILE}" if (lm.path / CORPUS_FILE).is_file() else "wikipedia"
+    src = prof.stats_corpus if prof is not None else "wikipedia"
     log.info("key statistics corpus of %s: %s", lm.path, src)
     if src == "wikipedia":
         info = source_info()
@@ -83,7 +79,7 @@ def stats_corpus_for(lm: LoadedModel, budget: int = STATS_TOKENS) -> StatsCorpus
                                    "file": info["wikipedia"], "licence": info["wikipedia_licence"],
                                    "budget_tokens": budget})
     if src == "counterfact":
-        recs, train = load_records()
+        recs, train = counterfact_records()
         return StatsCorpus([f"{r['prompt']} {r['ground_truth']}" for r in recs + train[:3000]],
                            {"name": "counterfact", "package": "mobiedit (bundled)", "licence": "MIT (ROME's CounterFact)"})
     path = lm.path / src[len("file:"):]

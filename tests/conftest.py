@@ -10,6 +10,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.set_num_threads(1)
 
+# xdist runs with ``--dist loadgroup`` (Makefile): every test file is one group, so its session
+# fixtures are built on one worker, except that tests using an expensive fixture below go to that
+# fixture's group — the small fact LM is then trained once per run instead of once per worker, and
+# test_export_bundle's two slow export fixtures are built on different workers.
+SHARED_FIXTURE_GROUPS = {"small_fact_lm": "small_fact_lm", "et_quant": "et_quant"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = next((g for f, g in SHARED_FIXTURE_GROUPS.items() if f in item.fixturenames), None)
+        item.add_marker(pytest.mark.xdist_group(group or item.nodeid.split("::")[0]))
+
 
 def _tokenizer(tmp):
     from mobiedit.factlm.train import train_tokenizer
@@ -103,6 +116,6 @@ def kill_bundle_base(tiny_llama_dir, tmp_path_factory):
     """A small ONNX Runtime fp32 bundle of the tiny llama (the kill harness's shapes, 8 slots),
     exported once per session (about 15 s); tests copy it before changing anything."""
     from mobiedit.export.bundle import export_bundle
-    from mobiedit.reliability.kill_bundle import bundle_config
+    from tools.reliability.kill_bundle import bundle_config
 
     return export_bundle(tiny_llama_dir, tmp_path_factory.mktemp("kill_bundle") / "base", bundle_config("onnxruntime"))

@@ -1,6 +1,6 @@
 """Issue 19 case 3: concurrent writers of one bundle's journal are serialised by the journal lock
 (mobiedit.journal_lock; journal/.lock, also taken by the app): no edit or undo is lost, no id is
-reused, the journal is never torn. The two-writer kill harness (mobiedit.reliability.kill_race)."""
+reused, the journal is never torn. The two-writer kill harness (tools.reliability.kill_race)."""
 from __future__ import annotations
 
 import json
@@ -9,13 +9,16 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from mobiedit.journal import Journal
 from mobiedit.journal_lock import LOCK_FILE, JournalBusyError, journal_lock
-from mobiedit.reliability.kill_proc import Forked
-from mobiedit.reliability.kill_race import classify_race
+from tools.reliability.kill_proc import Forked
+from tools.reliability.kill_race import classify_race
+
+ROOT = Path(__file__).resolve().parents[1]  # tools.reliability runs from the repository root
 
 
 def _hold(folder: str, w: int, seconds: float) -> None:
@@ -48,12 +51,12 @@ def test_a_second_writer_waits_then_fails_with_a_named_error(tmp_path):
 
 def _cli(*args):
     return subprocess.Popen([sys.executable, "-m", "mobiedit.cli", "--quiet", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
 
 
 @pytest.fixture
 def race_bundle(kill_bundle_base, tmp_path):
-    from mobiedit.reliability.kill_bundle import select_requests
+    from tools.reliability.kill_bundle import select_requests
 
     b = tmp_path / "bundle"
     shutil.copytree(kill_bundle_base, b)
@@ -118,11 +121,12 @@ def test_race_classification():
 
 def _harness(tmp_path, tiny_llama_dir, kill_bundle_base, *extra):
     report = tmp_path / "kill.json"
-    r = subprocess.run([sys.executable, "-m", "mobiedit.reliability.killtest", "--edit", "0", "--edit-fallback", "0",
+    r = subprocess.run([sys.executable, "-m", "tools.reliability.killtest", "--edit", "0", "--edit-fallback", "0",
                         "--journal", "0", "--bundle", "0", "--model", str(tiny_llama_dir),
                         "--bundle-base", str(kill_bundle_base), "--work", str(tmp_path / "work"),
                         "--json", str(report), "--quiet", *extra],
-                       capture_output=True, text=True, timeout=1200, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       capture_output=True, text=True, timeout=1200, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                       cwd=ROOT)
     return r, json.loads(report.read_text())
 
 
@@ -150,7 +154,7 @@ def test_race_trial_compares_against_the_rotated_bundle(tmp_path):
     count ok trials on a fresh copy as torn ("torn 3" in test_killtest_harness_24_kills)."""
     import random
 
-    from mobiedit.reliability.kill_race import RaceWriter
+    from tools.reliability.kill_race import RaceWriter
 
     full = {"rows": [[k, str(k), "applied"] for k in range(1, 8)], "active": 7, "slots": 8}
     fresh = {"rows": [], "active": 0, "slots": 8}

@@ -68,7 +68,9 @@ def test_stats_texts_follow_the_profile(tiny_llama_dir, tmp_path, cache_dir):
     assert 20_000 <= n <= 20_000 + 2 * STATS_MAX_LEN
     assert max(len(lm.tokenizer(t)["input_ids"]) for t in wiki) <= STATS_MAX_LEN
     (folder / CORPUS_FILE).write_text("a fact.\nanother fact.\n" + "long " * 600)
-    lines = stats_texts_for(lm)  # no profile, a corpus file: the file, long lines cut
+    assert stats_texts_for(lm, budget=20_000) == wiki  # no profile: Wikipedia even beside a corpus file
+    (folder / "mobiedit.json").write_text(json.dumps({"edit_layer": 1, "stats_corpus": f"file:{CORPUS_FILE}"}))
+    lines = stats_texts_for(lm)  # the profile names the file: its lines, long lines cut
     assert lines[:2] == ["a fact.", "another fact."] and len(lines) > 3
     assert max(len(lm.tokenizer(t)["input_ids"]) for t in lines) <= STATS_MAX_LEN
     for src, first in (("counterfact", None), ("wikipedia", wiki[0]), (f"file:{CORPUS_FILE}", "a fact.")):

@@ -1,5 +1,5 @@
 """Crash safety of the writers: after a SIGKILL at any point the previous state is intact and
-loads, and the new state is complete or absent (mobiedit.reliability.killtest).
+loads, and the new state is complete or absent (tools.reliability.killtest).
 
 * every filesystem commit call of atomic_path / atomic_dir (both swap paths) and of a journal
   record / undo is a kill point, enumerated deterministically (before and after the call);
@@ -25,10 +25,12 @@ import torch
 
 from mobiedit import atomic
 from mobiedit.atomic import atomic_dir, atomic_path, atomic_write_text, recover_dir, remove_stale_temps
-from mobiedit.reliability.killtest import (
+from tools.reliability.killtest import (
     Forked, arm_crash_point, folder_digest, journal_factors, journal_plan, journal_step, temps_in,
     verify_edit_state, verify_journal_state,
 )
+
+ROOT = Path(__file__).resolve().parents[1]  # tools.reliability runs from the repository root
 
 
 def _run_killed_at(n: int, after: bool, write, fallback: bool = False, timeout: float = 60.0) -> int:
@@ -135,7 +137,7 @@ def _toy_journal(folder: Path, ops: int):
     """A journal after ``ops`` planned operations (killtest's plan), and the planned state."""
     from mobiedit.families import FAMILIES
     from mobiedit.journal import Journal, apply_factors
-    from mobiedit.reliability.toy import JOURNAL_MODULES, toy_llama
+    from tools.reliability.toy import JOURNAL_MODULES, toy_llama
 
     fam, model, j = FAMILIES["llama"], toy_llama(), Journal.open(folder)
     state: list = []
@@ -161,7 +163,7 @@ def test_journal_operation_every_kill_point(tmp_path, ops):
 
     from mobiedit.families import FAMILIES
     from mobiedit.journal import apply_factors
-    from mobiedit.reliability.toy import JOURNAL_MODULES
+    from tools.reliability.toy import JOURNAL_MODULES
 
     template = tmp_path / "template"
     _, _, before = _toy_journal(template, ops)
@@ -170,7 +172,7 @@ def test_journal_operation_every_kill_point(tmp_path, ops):
 
     def op():
         from mobiedit.journal import Journal
-        from mobiedit.reliability.toy import toy_llama
+        from tools.reliability.toy import toy_llama
 
         j = Journal.open(folder)
         model = toy_llama()
@@ -209,7 +211,7 @@ class _BundleCase:
     def __init__(self, base, tmp_path):
         import hashlib
 
-        from mobiedit.reliability.kill_bundle import file_digests, select_requests
+        from tools.reliability.kill_bundle import file_digests, select_requests
 
         self.tmp = tmp_path
         self.requests = tmp_path / "requests.json"
@@ -228,7 +230,7 @@ class _BundleCase:
         assert res.applied
 
     def verify(self, folder) -> dict:
-        from mobiedit.reliability.kill_bundle import verify_bundle_state
+        from tools.reliability.kill_bundle import verify_bundle_state
 
         return verify_bundle_state(str(folder), self.base_files, str(self.requests), self.requests_sha,
                                    str(self.tmp / "scratch"))
@@ -240,7 +242,7 @@ def test_bundle_edit_every_kill_point(tmp_path, kill_bundle_base, prior):
     commit calls: the bundle verifies and holds the old or the complete new journal."""
     import shutil
 
-    from mobiedit.reliability.kill_bundle import classify
+    from tools.reliability.kill_bundle import classify
 
     case = _BundleCase(kill_bundle_base, tmp_path)
     template, folder = tmp_path / "template", tmp_path / "bundle"
@@ -383,7 +385,7 @@ def test_bundle_checks_catch_damage_and_a_non_atomic_journal_write(tmp_path, kil
     import shutil
 
     from mobiedit import journal as journal_mod
-    from mobiedit.reliability.kill_bundle import classify
+    from tools.reliability.kill_bundle import classify
 
     case = _BundleCase(kill_bundle_base, tmp_path)
     folder = tmp_path / "bundle"
@@ -425,12 +427,12 @@ def test_bundle_checks_catch_damage_and_a_non_atomic_journal_write(tmp_path, kil
 
 def test_killtest_harness_24_kills(tmp_path, tiny_llama_dir, kill_bundle_base):
     report = tmp_path / "kill.json"
-    r = subprocess.run([sys.executable, "-m", "mobiedit.reliability.killtest", "--edit", "2", "--edit-fallback", "1",
+    r = subprocess.run([sys.executable, "-m", "tools.reliability.killtest", "--edit", "2", "--edit-fallback", "1",
                         "--journal", "17", "--bundle", "4", "--bundle-race", "0", "--model", str(tiny_llama_dir),
                         "--bundle-base", str(kill_bundle_base), "--work", str(tmp_path / "work"),
                         "--json", str(report), "--quiet", "--seed", "1"],
                        capture_output=True, text=True, timeout=900,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     rep = json.loads(report.read_text())
     assert rep["kills_total"] >= 24 and rep["torn_total"] == 0, rep["torn_details"]

@@ -1,7 +1,7 @@
-"""Fuzz / property tests of every reader of untrusted input (mobiedit.reliability.fuzz).
+"""Fuzz / property tests of every reader of untrusted input (tools.reliability.fuzz).
 
 Each target gets a modest example budget here (about 2,000 in total); the full run is
-``python -m mobiedit.reliability.fuzz --examples 10000``. A crash — any exception other than the
+``python -m tools.reliability.fuzz --examples 10000``. A crash — any exception other than the
 reader's own MobiEditError subclass with a location, or an accepted-but-invalid result — fails
 the test and hypothesis shrinks it to a minimal input.
 """
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mobiedit.errors import JournalError, MobiEditError, RequestError
-from mobiedit.reliability import fuzz as F
+from tools.reliability import fuzz as F
 
 BUDGET = {  # examples per target in CI (~2,000 in total, ~15 s)
     "requests.file": 300, "requests.counterfact_rome": 250, "requests.counterfact_flat": 250,

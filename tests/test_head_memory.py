@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mobiedit.forward.head import ChunkedHead, lower_head
-from mobiedit.forward.quant import SIDECAR, QuantConfig, quantized_copy, save_quantized
+from mobiedit.forward.quant import SIDECAR, QuantConfig, quantized_copy
+from mobiedit.forward.quant_save import save_quantized
 from mobiedit.methods.zo_edit import MobiEditConfig
 from mobiedit.models import load_model
 from mobiedit.requests import EditRequest

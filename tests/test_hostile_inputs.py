@@ -18,7 +18,7 @@ import pytest
 
 from mobiedit.errors import BundleError, ConfigError, FileSystemError, JournalError, ModelLoadError, RequestError
 from mobiedit.export.bundle import read_manifest
-from mobiedit.reliability.fuzz_hostile import DEEP, HUGE_INT, valid_manifest
+from tools.reliability.fuzz_hostile import DEEP, HUGE_INT, valid_manifest
 
 
 def _cli(*args, timeout=300):
@@ -181,7 +181,7 @@ def test_duplicate_keys_are_refused_in_requests_config_and_journal(tmp_path, tin
 
     from mobiedit.journal import Journal
     from mobiedit.models import read_config
-    from mobiedit.reliability.fuzz import template_journal
+    from tools.reliability.fuzz import template_journal
     from mobiedit.requests import load_requests
 
     req = tmp_path / "r.json"

@@ -63,7 +63,8 @@ def test_prequantized_checkpoint_edits_like_the_quantized_copy(tiny_llama_dir, t
     """`mobiedit quantize` writes int8 weights with the edit layer's MLP output and the LM head float;
     MobiEdit on that folder runs on it as is and finds the same losses as on a quantized copy."""
     from mobiedit.errors import ConfigError
-    from mobiedit.forward.quant import is_prequantized, save_quantized
+    from mobiedit.forward.quant import is_prequantized
+    from mobiedit.forward.quant_save import save_quantized
     from mobiedit.session import run_method
 
     q = save_quantized(tiny_llama_dir, tmp_path / "q", 0, QuantConfig("w8a16"))

@@ -1,6 +1,6 @@
 """Numerical faults stop an edit with NumericalError and leave the model (and journal) untouched;
 an edit that misses its success criterion is not applied unless forced, and the output says so.
-Also: sequential editing with bit-exact undo (mobiedit.reliability.sequential) on a tiny model."""
+Also: sequential editing with bit-exact undo (mobiedit.sequential) on a tiny model."""
 from __future__ import annotations
 
 import dataclasses
@@ -248,7 +248,7 @@ def test_edit_that_misses_is_not_applied_unless_forced(tiny_llama_dir, cache_dir
 def test_cli_nan_statistics_exit_2_and_write_nothing(tiny_llama_dir, tmp_path, capsys, monkeypatch):
     """Key statistics that come back NaN (e.g. a damaged cache): exit code 2, one line naming the
     rank-one update, no output folder, no temporaries, input model untouched."""
-    from mobiedit.reliability.killtest import folder_digest, temps_in
+    from tools.reliability.killtest import folder_digest, temps_in
     from mobiedit.rome import stats
 
     monkeypatch.setenv("MOBIEDIT_CACHE", str(tmp_path / "cache"))
@@ -268,7 +268,7 @@ def test_cli_nan_statistics_exit_2_and_write_nothing(tiny_llama_dir, tmp_path, c
 # ----------------------------------------------------------------------------- sequential editing
 
 def test_sequential_edits_table_and_bit_exact_undo(tiny_llama_dir, cache_dir, tmp_path, capsys):
-    from mobiedit.reliability.sequential import main
+    from mobiedit.sequential import main
 
     out = tmp_path / "seq.json"
     rc = main(["--model", str(tiny_llama_dir), "--layer", "0", "--n", "4", "--checkpoints", "1", "2", "4",
@@ -292,7 +292,7 @@ def test_sequential_edits_table_and_bit_exact_undo(tiny_llama_dir, cache_dir, tm
 def test_sequential_undo_check_detects_a_wrong_rebuild(tiny_llama_dir, cache_dir, monkeypatch):
     """The bit-exact check can fail: an undo that is off by one ulp is reported."""
     from mobiedit.journal import Journal as J
-    from mobiedit.reliability.sequential import run_sequential
+    from mobiedit.sequential import run_sequential
 
     real = J.rebuild
 

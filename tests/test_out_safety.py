@@ -118,7 +118,8 @@ def test_one_gate_markers_and_overwrite(tmp_path):
 
 def test_quantize_and_export_use_the_same_gate_before_any_work(tmp_path, tiny_llama_dir, monkeypatch):
     from mobiedit.export import bundle as B
-    from mobiedit.forward.quant import QuantConfig, save_quantized
+    from mobiedit.forward.quant import QuantConfig
+    from mobiedit.forward.quant_save import save_quantized
 
     def never(*a, **k):
         raise AssertionError("the long work started")

@@ -9,7 +9,8 @@ import struct
 import torch
 
 from mobiedit.families import get_module
-from mobiedit.forward.quant import QuantConfig, quantized_copy, save_quantized
+from mobiedit.forward.quant import QuantConfig, quantized_copy
+from mobiedit.forward.quant_save import save_quantized
 from mobiedit.forward.stream import lower_layers_paged_out
 from mobiedit.methods.zo_edit import MobiEditConfig
 from mobiedit.models import load_model

@@ -187,7 +187,7 @@ def test_cli_reports_a_damaged_checkpoint_on_one_line(tmp_path, tiny_llama_dir, 
 
 @pytest.fixture
 def journal_dir(tmp_path):
-    from mobiedit.reliability.fuzz import build_template_journal
+    from tools.reliability.fuzz import build_template_journal
 
     folder = tmp_path / "journal"
     build_template_journal(folder)

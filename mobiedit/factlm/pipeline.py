@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ..corpora import counterfact_records
 from ..evaluate import greedy_exact
 from ..profile import ModelProfile
 from .train import FactLMConfig, build_facts, corpus_sentences, make_model, save_folder, train_model, train_tokenizer
@@ -17,14 +18,6 @@ log = logging.getLogger(__name__)
 
 CORPUS_FILE = "factlm_corpus.txt"
 META_FILE = "factlm.json"
-
-
-def load_records() -> tuple[list[dict], list[dict]]:
-    """The bundled 1k CounterFact edit set and the 10k train set (flat form)."""
-    from ..requests import bundled_path
-
-    return (json.loads(bundled_path("counterfact-edit-1k.json").read_text()),
-            json.loads(bundled_path("counterfact-train.json").read_text()))
 
 
 def knowledge_report(model, tok, records: list[dict]) -> dict:
@@ -41,7 +34,7 @@ def knowledge_report(model, tok, records: list[dict]) -> dict:
 def pretrain(cfg: FactLMConfig, out: Path, progress: bool = True, edit_layer: int = 0) -> dict:
     """Train the fact LM of ``cfg`` and write it to ``out`` (atomically). Returns the report."""
     t0 = time.perf_counter()
-    records, train_records = load_records()
+    records, train_records = counterfact_records()
     facts = build_facts(cfg, records, train_records)
     sentences = corpus_sentences(cfg, facts)
     log.info("fact LM corpus: %d facts, %d sentences", len(facts), len(sentences))

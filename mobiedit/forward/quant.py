@@ -106,57 +106,6 @@ def check_prequantized(model: torch.nn.Module, family: Family, layer: int) -> No
 SIDECAR = "mobiedit-quant.json"  # what `mobiedit quantize` did; the loader needs head_dtype before loading
 
 
-def save_quantized(model_dir, out, layer: int, cfg: QuantConfig, overwrite: bool = False):
-    """Write a pre-quantized Hugging Face checkpoint of ``model_dir`` to ``out`` (atomically).
-
-    transformers' ``TorchAoConfig`` quantizes each linear weight as it loads (int8 per-channel;
-    ``w8a8`` also records dynamic int8 activations) except the float islands of ``layer``; the
-    folder loads with plain ``from_pretrained`` and never holds float copies of the quantized
-    layers — the memory picture of a phone that ships the quantized model. With ``head_dtype``
-    bfloat16 the head and embedding are stored in bf16 and ``SIDECAR`` says so, which
-    :func:`mobiedit.models.load_model` reads to load them without an fp32 upcast. ``out`` passes
-    :func:`mobiedit.outputs.check_output_dir` first (``overwrite``).
-    """
-    import shutil
-    from pathlib import Path
-
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TorchAoConfig
-
-    from ..atomic import atomic_dir
-    from ..families import family_for, get_module
-    from ..models import read_config
-    from ..outputs import check_output_dir, mark_output, weights_bytes
-
-    if cfg.scheme == "none":
-        raise ConfigError("scheme 'none' writes no quantized checkpoint", where="--scheme", fix="use w8a16 or w8a8")
-    dtype = head_dtype_of(cfg.head_dtype, "--head-dtype")
-    src = Path(model_dir)
-    check_output_dir(out, "quantize", (src,), overwrite, need_bytes=weights_bytes(src) // 4)
-    family = family_for(str(read_config(src).get("model_type", "")))
-    islands = [family.mlp_out.format(layer), family.lm_head]
-    tcfg = Int8WeightOnlyConfig() if cfg.scheme == "w8a16" else Int8DynamicActivationInt8WeightConfig()
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, local_files_only=True, use_safetensors=True,
-                                                 quantization_config=TorchAoConfig(quant_type=tcfg,
-                                                                                   modules_to_not_convert=islands))
-    with torch.no_grad():  # narrow the stored head/embedding in place (a tied pair stays one tensor)
-        for name in (family.lm_head, family.embed):
-            w = get_module(model, name).weight
-            w.data = w.data.to(dtype)
-    tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
-    with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        mark_output(tmp, "quantize")
-        (Path(tmp) / SIDECAR).write_text(json.dumps({"format": 1, "scheme": cfg.scheme, "layer": layer,
-                                                     "head_dtype": cfg.head_dtype}))
-        for extra in ("factlm.json", "mobiedit.json"):
-            if (src / extra).is_file():
-                shutil.copy2(src / extra, Path(tmp) / extra)
-    log.info("wrote %s (%s, float: %s, head %s)", out, cfg.scheme, islands, cfg.head_dtype)
-    return Path(out)
-
-
 def read_sidecar(folder) -> dict | None:
     """The :data:`SIDECAR` of a pre-quantized folder, validated; None if the folder has none."""
     from pathlib import Path

@@ -1,4 +1,4 @@
-"""Process plumbing of the SIGKILL harness (:mod:`~mobiedit.reliability.killtest`): forked and
+"""Process plumbing of the SIGKILL harness (:mod:`~tools.reliability.killtest`): forked and
 spawned writer children, a kill timer, self-delivered kills at a chosen filesystem commit call
 (:func:`arm_crash_point`), and folder digests / temporaries listings for the verifiers."""
 from __future__ import annotations
@@ -168,7 +168,7 @@ def arm_crash_point(n: int, after: bool, count_fd: int | None = None, swap_of: s
     parent, or its hidden temporary / aside siblings."""
     import shutil as _shutil
 
-    from .. import atomic
+    from mobiedit import atomic
 
     calls = [0]
     dest = Path(swap_of) if swap_of else None

@@ -2,7 +2,7 @@
 
 Each *trial* starts a writer in a child process and SIGKILLs it — after a random delay, or just
 before / after a randomly chosen filesystem commit call of the run (for ``edit``: also of the
-output folder's swap; :func:`~mobiedit.reliability.kill_proc.arm_crash_point`) — then checks in a
+output folder's swap; :func:`~tools.reliability.kill_proc.arm_crash_point`) — then checks in a
 separate verifier process that
 
 * the previous state is intact and loads, or the new state is complete and loads — nothing in
@@ -11,8 +11,8 @@ separate verifier process that
   run; stale temporaries of killed writers are counted and must be gone after the final,
   uninterrupted run).
 
-Writers (``WRITERS``; children and verifiers in :mod:`~mobiedit.reliability.kill_writers` and
-:mod:`~mobiedit.reliability.kill_bundle`, the trial loop in :mod:`~mobiedit.reliability.kill_harness`):
+Writers (``WRITERS``; children and verifiers in :mod:`~tools.reliability.kill_writers` and
+:mod:`~tools.reliability.kill_bundle`, the trial loop in :mod:`~tools.reliability.kill_harness`):
 
 * ``edit`` — ``mobiedit edit --out OUT`` on a tiny random llama (``--method rome --layer 0
   --force --limit 2``), alternating between two request slices so that the old and the new
@@ -33,21 +33,21 @@ Writers (``WRITERS``; children and verifiers in :mod:`~mobiedit.reliability.kill
   one base bundle exported per harness run from the same tiny llama (or ``--bundle-base``).
   B must load with every checksum, its journal must open, and the journal and the files it
   references must be byte-identical to before, or hold exactly the one new entry with the old
-  lines and files unchanged (details in :mod:`~mobiedit.reliability.kill_bundle`). Trials chain
+  lines and files unchanged (details in :mod:`~tools.reliability.kill_bundle`). Trials chain
   on the previous state; a fresh copy of the base bundle starts when the slots are full.
 * ``bundle-race`` — two concurrent writers on one bundle: two ``edit --bundle`` of different
   requests, or an ``edit --bundle`` and a ``mobiedit undo`` of an active edit; one or both are
   SIGKILLed. Every finished write must be present exactly once, ids in order, never reused
-  (details in :mod:`~mobiedit.reliability.kill_race`).
+  (details in :mod:`~tools.reliability.kill_race`).
 
 Children are forked from this (pre-imported) process so that a trial costs the writer's work,
 not Python's start-up; ``--spawn N`` adds N ``edit`` trials run as a fresh ``python -c`` process
 instead. This process never runs torch computations itself (verification and the export run in
 forked children), so forking is safe.
 
-    python -m mobiedit.reliability.killtest --json runs/killtest.json     # 260 kills (50/20/70/60/60)
-    python -m mobiedit.reliability.killtest --kills 400 --spawn 10
-    python -m mobiedit.reliability.killtest --edit 2 --edit-fallback 1 --journal 17 --bundle 4 --model DIR \\
+    python -m tools.reliability.killtest --json runs/killtest.json     # 260 kills (50/20/70/60/60)
+    python -m tools.reliability.killtest --kills 400 --spawn 10
+    python -m tools.reliability.killtest --edit 2 --edit-fallback 1 --journal 17 --bundle 4 --model DIR \\
         --bundle-base BUNDLE
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ __all__ = ["EDIT_LIMIT", "Forked", "Harness", "JOURNAL_ROTATE", "Spawned", "WRIT
            "verify_edit_state", "verify_journal_state"]
 
 WRITERS = ("edit", "edit-fallback", "journal", "bundle", "bundle-race")
-#: default SIGKILLs per writer (``python -m mobiedit.reliability.killtest`` without flags)
+#: default SIGKILLs per writer (``python -m tools.reliability.killtest`` without flags)
 DEFAULT_KILLS = {"edit": 50, "edit-fallback": 20, "journal": 70, "bundle": 60, "bundle-race": 60}
 
 
@@ -82,7 +82,7 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
     """Run trials until each writer has had its number of SIGKILLs (or ``max_trials_factor`` times
     as many trials); returns the report dict. The bundle writer needs a base bundle: ``bundle_base``
     (copied, never changed), else one exported into ``work`` (reused by later runs on ``work``)."""
-    from ..requests import bundled_path
+    from mobiedit.requests import bundled_path
 
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
@@ -166,8 +166,8 @@ def run(kills: dict[str, int], model: Path | None, work: Path, seed: int, spawn:
 def _preimport(bundle_runtime: str | None = None) -> None:
     """Import everything the writers use so that forked children start warm (no torch compute);
     with ``bundle_runtime`` also the bundle code and that runtime's Python package."""
-    from .. import cli  # noqa: F401  (the writers' children run the CLI: pre-import it)
-    from ..quiet import quiet_libraries
+    from mobiedit import cli  # noqa: F401  (the writers' children run the CLI: pre-import it)
+    from mobiedit.quiet import quiet_libraries
 
     quiet_libraries()
     import torch
@@ -175,15 +175,15 @@ def _preimport(bundle_runtime: str | None = None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
     from transformers.models.llama import modeling_llama  # noqa: F401
 
-    from .. import evaluate, journal, models, session  # noqa: F401
-    from ..methods import rome, zo_edit  # noqa: F401
+    from mobiedit import evaluate, journal, models, session  # noqa: F401
+    from mobiedit.methods import rome, zo_edit  # noqa: F401
     from . import toy  # noqa: F401
 
     torch.set_num_threads(1)
     cli.build_parser()  # imports the bench / demo / export sub-commands
     if bundle_runtime is not None:
-        from ..export import bundle, ops, packing, runtime, tokenizer  # noqa: F401
-        from .. import undo  # noqa: F401
+        from mobiedit.export import bundle, ops, packing, runtime, tokenizer  # noqa: F401
+        from mobiedit import undo  # noqa: F401
         from . import kill_bundle, kill_race  # noqa: F401
 
         if bundle_runtime == "executorch":
@@ -213,7 +213,7 @@ def format_report(rep: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mobiedit.reliability.killtest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.reliability.killtest", description=__doc__.split("\n")[0])
     p.add_argument("--kills", type=int, default=0,
                    help="total SIGKILLs, split 20%% edit / 10%% edit-fallback / 30%% journal / 20%% bundle / "
                         "20%% bundle-race (overrides the five below)")
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(format_report(rep))
     if args.json:
-        from ..atomic import atomic_write_text
+        from mobiedit.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(rep, indent=1))
     f = rep["final"]

@@ -1,6 +1,6 @@
-"""The trial loop of the SIGKILL harness (:mod:`~mobiedit.reliability.killtest`): per-writer
+"""The trial loop of the SIGKILL harness (:mod:`~tools.reliability.killtest`): per-writer
 statistics and the :class:`Harness` that runs ``edit`` / ``edit-fallback`` / ``journal`` trials
-(the ``bundle`` writer's trials are :class:`~mobiedit.reliability.kill_bundle.BundleWriter`)."""
+(the ``bundle`` writer's trials are :class:`~tools.reliability.kill_bundle.BundleWriter`)."""
 from __future__ import annotations
 
 import json
@@ -60,7 +60,7 @@ class Harness:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.base_digest = folder_digest(self.model)
         self.base_params = fork_call(param_digests, str(self.model))
-        from ..requests import load_requests
+        from mobiedit.requests import load_requests
 
         reqs = load_requests(self.requests)
         self.slices = {off: [r.case_id for r in reqs[off:off + EDIT_LIMIT]] for off in (0, EDIT_LIMIT)}

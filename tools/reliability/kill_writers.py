@@ -1,5 +1,5 @@
 """The ``edit`` / ``edit-fallback`` and ``journal`` writers of the SIGKILL harness
-(:mod:`~mobiedit.reliability.killtest`): what a writer child runs, and the verifiers that check
+(:mod:`~tools.reliability.killtest`): what a writer child runs, and the verifiers that check
 the state a killed child left (each verifier runs in a forked child of its own)."""
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def make_tiny_llama(path: str) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ..factlm.train import train_tokenizer
-    from ..requests import bundled_path
+    from mobiedit.factlm.train import train_tokenizer
+    from mobiedit.requests import bundled_path
 
     torch.set_num_threads(1)
     recs = json.loads(bundled_path("counterfact-edit-1k.json").read_text())[:200]
@@ -44,13 +44,13 @@ def edit_argv(model: Path, out: Path, requests: Path, offset: int) -> list[str]:
 
 def _edit_child(argv: list[str], fallback: bool, crash: tuple | None = None) -> None:
     _silence()
-    from .. import atomic
+    from mobiedit import atomic
 
     if fallback:
         atomic._exchange = lambda a, b: False  # force the two-rename path of atomic_dir
     if crash is not None:
         arm_crash_point(*crash)
-    from ..cli import main
+    from mobiedit.cli import main
 
     os._exit(main(argv))
 
@@ -64,8 +64,8 @@ def param_digests(model_dir: str) -> dict[str, str]:
     """:func:`~mobiedit.journal.tensor_sha256` of every parameter of a model folder."""
     import torch
 
-    from ..journal import tensor_sha256
-    from ..models import load_model
+    from mobiedit.journal import tensor_sha256
+    from mobiedit.models import load_model
 
     torch.set_num_threads(1)
     return {k: tensor_sha256(p) for k, p in load_model(model_dir).model.named_parameters()}
@@ -78,9 +78,9 @@ def verify_edit_state(out: str, base: str, base_digest: str, cache: str,
     import torch
     from safetensors.torch import load_file
 
-    from ..errors import JournalError, MobiEditError
-    from ..journal import Journal, tensor_sha256
-    from ..models import load_model
+    from mobiedit.errors import JournalError, MobiEditError
+    from mobiedit.journal import Journal, tensor_sha256
+    from mobiedit.models import load_model
 
     torch.set_num_threads(1)
     problems: list[str] = []
@@ -155,8 +155,8 @@ def _journal_child(folder: str, k0: int, notify_fd: int, max_ops: int) -> None:
     _silence()
     import torch
 
-    from ..families import FAMILIES
-    from ..journal import Journal, apply_factors
+    from mobiedit.families import FAMILIES
+    from mobiedit.journal import Journal, apply_factors
     from .toy import JOURNAL_MODULES, toy_llama
 
     torch.set_num_threads(1)
@@ -184,8 +184,8 @@ def verify_journal_state(folder: str) -> dict:
     """Open a journal after a kill and rebuild every module from the planned factors."""
     import torch
 
-    from ..errors import MobiEditError
-    from ..journal import Journal, apply_factors
+    from mobiedit.errors import MobiEditError
+    from mobiedit.journal import Journal, apply_factors
     from .toy import JOURNAL_MODULES, toy_llama
 
     torch.set_num_threads(1)

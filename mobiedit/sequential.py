@@ -17,7 +17,7 @@ of the journal — the pre-edit weight snapshot plus the in-memory factors of th
 in id order — and that every other parameter still equals the unedited model; finally it undoes
 the rest and checks that the whole model equals the unedited one bit for bit.
 
-    python -m mobiedit.reliability.sequential --preset default --n 100 --method rome --out runs/seq.json
+    python -m mobiedit.sequential --preset default --n 100 --method rome --out runs/seq.json
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ COLUMNS = (("edits", "edits", 6, "d"), ("applied", "applied", 8, "d"),
 
 def _probe_true_acc(model, tok, reqs) -> float:
     """Token accuracy (%) of the true answers of ``reqs`` on their rewrite prompts."""
-    from ..evaluate import teacher_forced, token_acc
+    from .evaluate import teacher_forced, token_acc
 
     pairs = [(r.rewrite_prompt, r.target_true) for r in reqs if r.target_true]
     if not pairs:
@@ -61,14 +61,14 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
     Checkpoints above ``n_edits`` are dropped; ``n_edits`` itself is always one."""
     import torch
 
-    from ..resolve import edit_layer_for, method_config
-    from ..errors import ConfigError
-    from ..evaluate import aggregate, pre_edit_snapshot, score_request
-    from ..families import get_module
-    from ..journal import Journal, apply_factors
-    from ..models import load_model
-    from ..requests import bundled_path, load_requests
-    from ..session import edit_sequential, prepare
+    from .resolve import edit_layer_for, method_config
+    from .errors import ConfigError
+    from .evaluate import aggregate, pre_edit_snapshot, score_request
+    from .families import get_module
+    from .journal import Journal, apply_factors
+    from .models import load_model
+    from .requests import bundled_path, load_requests
+    from .session import edit_sequential, prepare
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -186,10 +186,10 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..quiet import quiet_libraries
-    from ..errors import MobiEditError
+    from .quiet import quiet_libraries
+    from .errors import MobiEditError
 
-    p = argparse.ArgumentParser(prog="python -m mobiedit.reliability.sequential",
+    p = argparse.ArgumentParser(prog="python -m mobiedit.sequential",
                                 description=__doc__.split("\n")[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--model", help="local HF folder")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.model:
             model_dir = Path(args.model)
         else:
-            from ..factlm import ensure_fact_lm
+            from .factlm import ensure_fact_lm
 
             model_dir = ensure_fact_lm(args.preset, progress=not args.quiet)
         res = run_sequential(model_dir, args.n, args.method, args.layer, args.checkpoints,
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(format_table(res))
     if args.out:
-        from ..atomic import atomic_write_text
+        from .atomic import atomic_write_text
 
         atomic_write_text(args.out, json.dumps(res, indent=1))
     u = res["undo"]

@@ -8,10 +8,10 @@ A trial starts two children on the same bundle copy, the second 0–0.3 s after 
   is active before the trial.
 
 One of them (45% each) or both (10%) are SIGKILLed, half at a chosen filesystem commit call
-(:func:`~mobiedit.reliability.kill_proc.arm_crash_point`), half after a random delay; the other
+(:func:`~tools.reliability.kill_proc.arm_crash_point`), half after a random delay; the other
 runs to completion (it may wait for the journal lock the victim held: the kernel drops a killed
 holder's lock). :func:`classify_race` then requires, on top of the single-writer checks of
-:func:`~mobiedit.reliability.kill_bundle.verify_bundle_state` (loads with every checksum, bundle
+:func:`~tools.reliability.kill_bundle.verify_bundle_state` (loads with every checksum, bundle
 files unchanged, every entry an edit of the bundle's module on its base weight):
 
 * the old lines are unchanged except the undo target's status, and the old entries' files are
@@ -47,12 +47,12 @@ def _race_child(argv: list[str], crash: tuple | None, count_fd: int, unlocked: b
     """``mobiedit <argv>`` in-process; SIGKILL at commit call ``crash`` (see kill_bundle)."""
     _silence()
     if unlocked:  # the pre-fix behaviour: no journal lock
-        from ..export import ops
+        from mobiedit.export import ops
 
         ops.journal_lock = lambda *a, **k: contextlib.nullcontext()
     n, after = crash if crash is not None else (-1, False)
     arm_crash_point(n, after, count_fd)
-    from ..cli import main
+    from mobiedit.cli import main
 
     os._exit(main(argv))
 
@@ -109,7 +109,7 @@ def classify_race(before: dict, after: dict, plan: list[dict]) -> tuple[str, lis
 
 class RaceWriter(BundleCopies):
     """Two-writer trials (see the module docstring), run by a
-    :class:`~mobiedit.reliability.kill_harness.Harness` (rng, statistics, bookkeeping)."""
+    :class:`~tools.reliability.kill_harness.Harness` (rng, statistics, bookkeeping)."""
 
     name = "bundle-race"
 

@@ -1,7 +1,7 @@
 """Hostile-input fuzz targets (issue 19): manifests, journal lines and model configs built to break
 the readers — integers of 5 001 digits, 200 000-deep nesting, duplicate keys, ``NaN``, huge and
 negative dimensions, wrong types, missing sections — registered in
-:data:`mobiedit.reliability.fuzz.TARGETS` as ``bundle.manifest_hostile``, ``journal.hostile`` and
+:data:`tools.reliability.fuzz.TARGETS` as ``bundle.manifest_hostile``, ``journal.hostile`` and
 ``model.config``.
 
 Every input must end in the reader's named error (``BundleError`` / ``JournalError`` /

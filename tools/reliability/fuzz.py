@@ -1,4 +1,4 @@
-"""Fuzz targets for every reader of untrusted input, and ``python -m mobiedit.reliability.fuzz``.
+"""Fuzz targets for every reader of untrusted input, and ``python -m tools.reliability.fuzz``.
 
 Property checked for each generated input: the reader either accepts it (and what it returns
 satisfies the reader's invariants) or raises the project's own error type — a
@@ -31,7 +31,7 @@ Targets (``TARGETS``):
 The tests (``tests/test_fuzz_readers.py``) run every target with a small example budget; the
 script runs a large one and prints the counts::
 
-    python -m mobiedit.reliability.fuzz --examples 10000 [--seed 0] [--json runs/fuzz.json]
+    python -m tools.reliability.fuzz --examples 10000 [--seed 0] [--json runs/fuzz.json]
 """
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ try:
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 except ImportError as exc:  # pragma: no cover - hypothesis is in the [test] extra
-    raise ImportError("mobiedit.reliability.fuzz needs hypothesis: pip install -e '.[test]'") from exc
+    raise ImportError("tools.reliability.fuzz needs hypothesis: pip install -e '.[test]'") from exc
 
-from ..errors import JournalError, MobiEditError, RequestError
+from mobiedit.errors import JournalError, MobiEditError, RequestError
 from .toy import D_IN, D_OUT, JOURNAL_MODULES, toy_llama
 
 # ----------------------------------------------------------------------------- outcome classification
@@ -155,7 +155,7 @@ def _dumps(obj: Any) -> str:
 
 def _valid_records() -> dict[str, list[dict]]:
     """A few valid raw records of each format, from the bundled data."""
-    from ..requests import bundled_path, load_requests, to_rome_record
+    from mobiedit.requests import bundled_path, load_requests, to_rome_record
 
     flat = json.loads(bundled_path("counterfact-edit-1k.json").read_text())[:6]
     zsre = json.loads(bundled_path("zsre_mend_train-1k.json").read_text())[:6]
@@ -175,7 +175,7 @@ def valid_records(fmt: str) -> list[dict]:
 
 def _request_invariants(reqs: Any) -> str | None:
     """Invariants of a loader's result (module docstring of mobiedit.requests)."""
-    from ..requests import EditRequest
+    from mobiedit.requests import EditRequest
 
     if not isinstance(reqs, list) or not reqs:
         return f"result is {type(reqs).__name__} of length {len(reqs) if hasattr(reqs, '__len__') else '?'}"
@@ -277,7 +277,7 @@ def request_record_case(fmt: str) -> Callable[[Any, Path], Case]:
     """Case factory for one of the three record formats."""
 
     def make(data, work: Path) -> Case:
-        from ..requests import load_requests
+        from mobiedit.requests import load_requests
 
         mode = data.draw(st.sampled_from(["mutate", "mutate", "mutate", "random", "python"]), label="mode")
         base = data.draw(st.sampled_from(valid_records(fmt)), label="base")
@@ -359,7 +359,7 @@ def _corrupt_text(draw, text: str) -> str:
 
 
 def requests_file_case(data, work: Path) -> Case:
-    from ..requests import FORMATS, load_requests
+    from mobiedit.requests import FORMATS, load_requests
 
     kind = data.draw(st.sampled_from(["bytes", "json", "valid"]), label="kind")
     path = work / data.draw(st.sampled_from(["r.json", "r.jsonl", "r.txt"]), label="name")
@@ -387,7 +387,7 @@ def requests_file_case(data, work: Path) -> Case:
 
 
 def requests_cli_case(data, work: Path) -> Case:
-    from ..requests import requests_from_cli
+    from mobiedit.requests import requests_from_cli
 
     text = st.text(max_size=15) | st.sampled_from(SPECIAL_STRINGS + ["Paris", "{} is in Paris", "Paris is"])
     arg = text | st.none() | st.integers() | st.lists(st.text(max_size=3), max_size=2)
@@ -402,7 +402,7 @@ def requests_cli_case(data, work: Path) -> Case:
 
 
 def request_from_dict_case(data, work: Path) -> Case:
-    from ..requests import EditRequest, load_requests
+    from mobiedit.requests import EditRequest, load_requests
 
     base = load_requests(valid_records("counterfact_flat")[:1])[0].to_dict()
     if data.draw(st.booleans(), label="mutate"):
@@ -431,8 +431,8 @@ def build_template_journal(folder: Path) -> None:
     """A valid journal: 4 edits over two modules, one undone."""
     import torch
 
-    from ..journal import Journal, apply_factors
-    from ..requests import load_requests
+    from mobiedit.journal import Journal, apply_factors
+    from mobiedit.requests import load_requests
 
     reqs = load_requests(valid_records("counterfact_flat")[:4])
     model = toy_llama()
@@ -446,7 +446,7 @@ def build_template_journal(folder: Path) -> None:
                  metrics={"succeeded": True}, config={"seed": i})
         with torch.no_grad():
             weight.copy_(apply_factors(weight, u, w, True))
-    from ..families import FAMILIES
+    from mobiedit.families import FAMILIES
 
     j.undo(2, model, FAMILIES["llama"])
 
@@ -499,8 +499,8 @@ def journal_case(data, work: Path) -> Case:
 
     import torch
 
-    from ..families import FAMILIES
-    from ..journal import BASE_FILE, JOURNAL_FILE, Journal, factors_name
+    from mobiedit.families import FAMILIES
+    from mobiedit.journal import BASE_FILE, JOURNAL_FILE, Journal, factors_name
 
     folder = work / "journal"
     shutil.copytree(template_journal(), folder)
@@ -570,7 +570,7 @@ def journal_case(data, work: Path) -> Case:
             if how == "blob" and data.draw(st.booleans(), label="fix base sha"):
                 from safetensors.torch import load as st_load
 
-                from ..journal import tensor_sha256
+                from mobiedit.journal import tensor_sha256
 
                 tensors = st_load(blob)
                 for o in objs:
@@ -658,7 +658,7 @@ def _arrays(draw) -> Any:
 
 
 def _zo_cfg(estimator: str = "fzoo"):
-    from ..zo import ZOConfig
+    from mobiedit.zo import ZOConfig
 
     return ZOConfig(estimator=estimator, n_dirs=2, max_steps=3, seed=0)
 
@@ -668,7 +668,7 @@ def _quad(D: np.ndarray) -> np.ndarray:
 
 
 def native_x0_case(data, work: Path) -> Case:
-    from ..zo import run_zo
+    from mobiedit.zo import run_zo
 
     x0 = _arrays(data.draw)
     backend = data.draw(st.sampled_from(["native", "native", "python"]), label="backend")
@@ -680,7 +680,7 @@ def native_x0_case(data, work: Path) -> Case:
 
 
 def native_losses_case(data, work: Path) -> Case:
-    from ..zo import run_zo
+    from mobiedit.zo import run_zo
 
     outs = [_arrays(data.draw) for _ in range(data.draw(st.integers(1, 3), label="n"))]
     good = data.draw(st.booleans(), label="first good")
@@ -701,7 +701,7 @@ def native_losses_case(data, work: Path) -> Case:
 
 
 def native_rank_one_case(data, work: Path) -> Case:
-    from ..zo import rank_one_factors
+    from mobiedit.zo import rank_one_factors
 
     k, v, wk = (_arrays(data.draw) for _ in range(3))
     c = _arrays(data.draw) if data.draw(st.booleans(), label="c") else None
@@ -718,8 +718,8 @@ def native_rank_one_case(data, work: Path) -> Case:
 
 def native_raw_case(data, work: Path) -> Case:
     """The raw extension (documented TypeError/ValueError for buffer dtype/shape/layout)."""
-    from ..zo import load_native
-    from ..zo.native_backend import native_config
+    from mobiedit.zo import load_native
+    from mobiedit.zo.native_backend import native_config
 
     native = load_native()
     op = data.draw(st.sampled_from(["x0", "losses", "rank_one", "directions", "engine_d", "config"]), label="op")
@@ -780,7 +780,7 @@ def _valid_manifest(folder: Path) -> dict:
 def bundle_manifest_case(data, work: Path) -> Case:
     from mobiedit.export.bundle import read_manifest, verify_files
 
-    from ..errors import BundleError
+    from mobiedit.errors import BundleError
 
     folder = work / "bundle"
     folder.mkdir()
@@ -958,7 +958,7 @@ def format_tally(tally: Tally) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mobiedit.reliability.fuzz", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.reliability.fuzz", description=__doc__.split("\n")[0])
     p.add_argument("--examples", type=int, default=10_000, help="total generated inputs (split by target weight)")
     p.add_argument("--targets", nargs="*", choices=sorted(TARGETS), help="default: all")
     p.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
@@ -990,7 +990,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in tally.crashes[:10]:
         print(f"CRASH [{c['target']}] {c['detail']}\n    input: {c['input']}")
     if args.json:
-        from ..atomic import atomic_write_text
+        from mobiedit.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps({"counts": tally.counts, "crash_kinds": tally.crash_kinds,
                                                  "crashes": tally.crashes,

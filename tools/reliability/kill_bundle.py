@@ -1,10 +1,10 @@
-"""The ``bundle`` writer of the SIGKILL harness (:mod:`~mobiedit.reliability.killtest`).
+"""The ``bundle`` writer of the SIGKILL harness (:mod:`~tools.reliability.killtest`).
 
 A trial is ``mobiedit edit --bundle B --requests R --offset K --limit 1 --force --seed 0``
 (``export/cli.py: bundle_edit``; one request: a run appends one journal entry) in a child forked
 from the pre-imported harness, on ``B``, a copy of one base bundle exported per harness run. The
 child is SIGKILLed (40%) by itself just before / after its n-th filesystem commit call
-(:func:`~mobiedit.reliability.kill_proc.arm_crash_point`), (30%) at a random instant of its
+(:func:`~tools.reliability.kill_proc.arm_crash_point`), (30%) at a random instant of its
 write phase (timed from its first commit call, reported on a pipe), or (30%) after a random
 delay. Trials chain on the state the previous one left; a fresh copy of the base starts when the
 active edits fill the bundle's slots (so first edits, which also write ``base.safetensors``,
@@ -43,8 +43,8 @@ METHOD = "mobiedit-bundle"
 
 def bundle_config(runtime: str):
     """A small fp32 export (the shapes of tests/test_export_bundle.py, ``BUNDLE_SLOTS`` slots)."""
-    from ..export.config import EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig, QuantizeConfig
-    from ..rome.config import ContextConfig
+    from mobiedit.export.config import EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig, QuantizeConfig
+    from mobiedit.rome.config import ContextConfig
 
     return ExportConfig(inference=InferenceShapes(max_seq_len=48, prefill_chunk=8, slots=BUNDLE_SLOTS),
                         edit_shapes=EditShapes(K=5, rows=4, suffix=20, prefix=24, targets=24, kl=1),
@@ -57,7 +57,7 @@ def make_base_bundle(model: str, out: str, runtime: str) -> float:
     """Export ``model`` to the bundle ``out`` (runs in a forked child); returns the seconds taken."""
     import torch
 
-    from ..export.bundle import export_bundle
+    from mobiedit.export.bundle import export_bundle
 
     torch.set_num_threads(1)
     t0 = time.monotonic()
@@ -67,7 +67,7 @@ def make_base_bundle(model: str, out: str, runtime: str) -> float:
 
 def bundle_info(path: str) -> dict:
     """Runtime, slots and journal length of a verified bundle (raises if it does not load)."""
-    from ..export.bundle import load_bundle
+    from mobiedit.export.bundle import load_bundle
 
     b = load_bundle(path)
     return {"runtime": b.runtime, "slots": b.manifest["slots"], "entries": len(b.journal().entries())}
@@ -92,14 +92,14 @@ def select_requests(bundle: str, out: str, n: int) -> list[str]:
     shapes; returns their case ids (runs in a forked child)."""
     import torch
 
-    from ..atomic import atomic_write_text
-    from ..errors import BundleError
-    from ..export.bundle import load_bundle
-    from ..export.ops import edit_shapes_of
-    from ..export.packing import pack_edit
-    from ..requests import bundled_path, load_requests
-    from ..rome.config import ObjectiveConfig
-    from ..rome.context import build_edit_inputs
+    from mobiedit.atomic import atomic_write_text
+    from mobiedit.errors import BundleError
+    from mobiedit.export.bundle import load_bundle
+    from mobiedit.export.ops import edit_shapes_of
+    from mobiedit.export.packing import pack_edit
+    from mobiedit.requests import bundled_path, load_requests
+    from mobiedit.rome.config import ObjectiveConfig
+    from mobiedit.rome.context import build_edit_inputs
 
     torch.set_num_threads(1)
     b = load_bundle(bundle)
@@ -139,7 +139,7 @@ def _bundle_child(argv: list[str], crash: tuple | None, count_fd: int) -> None:
     _silence()
     n, after = crash if crash is not None else (-1, False)
     arm_crash_point(n, after, count_fd)
-    from ..cli import main
+    from mobiedit.cli import main
 
     os._exit(main(argv))
 
@@ -150,9 +150,9 @@ def verify_bundle_state(path: str, base_files: dict[str, str], requests: str, re
     it at ``scratch`` so that readers' clean-ups do not hide the writer's leftovers)."""
     import torch
 
-    from ..errors import MobiEditError
-    from ..export.bundle import load_bundle
-    from ..journal import tensor_sha256
+    from mobiedit.errors import MobiEditError
+    from mobiedit.export.bundle import load_bundle
+    from mobiedit.journal import tensor_sha256
 
     torch.set_num_threads(1)
     root = Path(path)
@@ -276,7 +276,7 @@ class BundleCopies:
 
 
 class BundleWriter(BundleCopies):
-    """The bundle writer's trials, run by a :class:`~mobiedit.reliability.kill_harness.Harness`
+    """The bundle writer's trials, run by a :class:`~tools.reliability.kill_harness.Harness`
     (its rng, statistics and bookkeeping)."""
 
     name = "bundle"

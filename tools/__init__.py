@@ -1,0 +1,1 @@
+"""Developer tools and test harnesses (run from the repository root; not installed)."""
