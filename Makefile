@@ -39,7 +39,7 @@ android-test:
 	bash android_demo/ci.sh
 
 pytest: $(STAMP)
-	$(VPY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25
+	$(VPY) -m pytest -q -p no:cacheprovider -n 2 --dist loadscope --durations=25
 
 test: $(STAMP) native-test android-test pytest
 

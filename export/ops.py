@@ -93,6 +93,7 @@ class BundleEditResult:
     wall_time: float
     final_loss: float | None
     losses: list[float]
+    loop_succeeded: bool | None = None  # the search's verdict; ``succeeded`` is the written edit's
 
 
 def default_zo(K: int) -> ZOConfig:
@@ -153,13 +154,32 @@ class BundleSearch:
     loss_evals: int
     zo: ZOConfig
     losses: list[float]
+    loop_succeeded: bool | None = None  # the search's own verdict (its stop signal); None: not verified
+
+
+def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor, u: np.ndarray, w: np.ndarray,
+                   holds) -> bool | None:
+    """Verify after write on the bundle's own programs: the new factors in the first free slot,
+    the prefix program rerun, the edit program at delta 0 judged by ``holds(losses, correct)``.
+    None when every slot is taken (the edit cannot be written anyway)."""
+    free = int((slot_u.abs().sum(1) == 0).nonzero()[0]) if (slot_u.abs().sum(1) == 0).any() else None
+    if free is None:
+        return None
+    su, sw = slot_u.clone(), slot_w.clone()
+    su[free], sw[free] = torch.from_numpy(u), torch.from_numpy(w)
+    pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": su, "slot_w": sw})
+    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), b.manifest["shapes"]["edit_K"], packed.n_rewrite)
+    losses, c = graph(torch.zeros(1, pout["values"].shape[-1]))
+    return holds(losses, c, 0.0)
 
 
 def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
                        success_fraction: float = 0.75, success_nll: float = 0.5,
-                       backend: str = "native") -> BundleSearch:
+                       backend: str = "native", verify_write: bool = True) -> BundleSearch:
     """Search ``req``'s value delta through the bundle's prefix + edit programs (the journal's
-    active edits in the slots) and compute ROME's factors; writes nothing."""
+    active edits in the slots) and compute ROME's factors; writes nothing. ``succeeded`` is the
+    verdict of the programs with the factors in a slot (:func:`_written_holds`), the search's own
+    in ``loop_succeeded``."""
     m = b.manifest
     objective = ObjectiveConfig(**m["edit"]["objective"])
     inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
@@ -176,13 +196,15 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
 
     v_norm = float(v_init.norm())
 
-    def check(x: np.ndarray) -> bool:
+    def holds(losses: torch.Tensor, c: torch.Tensor, delta_norm: float) -> bool:
         # correct[k, b] counts row b's argmax targets exactly (integer-valued float32); the loss
         # minus its decay term bounds the mean target NLL (the margin, as in mobiedit_edit)
-        delta = torch.from_numpy(np.array(x, dtype=np.float32)).view(1, -1) * scale
-        losses, c = graph(delta)
         return (edit_holds(c[0, : packed.n_rewrite] == packed.target_len, success_fraction)
-                and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective, success_nll))
+                and within_margin(float(losses[0]), delta_norm, v_norm, objective, success_nll))
+
+    def check(x: np.ndarray) -> bool:
+        delta = torch.from_numpy(np.array(x, dtype=np.float32)).view(1, -1) * scale
+        return holds(*graph(delta), float(delta.norm()))
 
     zcfg = dataclasses.replace(zo, max_norm=objective.clamp_norm_factor * math.sqrt(d))
     res = run_zo(forward, check, np.zeros(d, dtype=np.float32), zcfg, backend=backend)
@@ -193,7 +215,10 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     keys = pout["keys"]
     c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
     u, w = rank_one_factors(keys[0].numpy(), (v_init + delta).numpy(), v_init.numpy(), c.numpy())
-    return BundleSearch(res.status.value, succeeded, u, w, graph.evals, zcfg, list(res.history))
+    written = _written_holds(b, packed, slot_u, slot_w, u, w, holds) if verify_write else None
+    if written is None:
+        return BundleSearch(res.status.value, succeeded, u, w, graph.evals, zcfg, list(res.history))
+    return BundleSearch(res.status.value, written, u, w, graph.evals, zcfg, list(res.history), loop_succeeded=succeeded)
 
 
 def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
@@ -210,14 +235,15 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
         base = journal.rebuild(module) if prior else keystats["base_weight"]
         entry = journal.record(req, METHOD, m["model_family"], m["edit_layer"], module, torch.from_numpy(u),
                                torch.from_numpy(w), base,
-                               metrics={"status": found.status, "succeeded": succeeded, "loss_evals": found.loss_evals,
+                               metrics={"status": found.status, "succeeded": succeeded,
+                                        "loop_succeeded": found.loop_succeeded, "loss_evals": found.loss_evals,
                                         "final_loss": hist[-1] if hist else None},
                                config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
                                        "success_nll": success_nll, "runtime": b.runtime})
     log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, found.status, entry is not None, found.loss_evals)
     return BundleEditResult(request=req, status=found.status, succeeded=succeeded, applied=entry is not None,
                             entry=entry, loss_evals=found.loss_evals, wall_time=time.perf_counter() - t0,
-                            final_loss=hist[-1] if hist else None, losses=hist)
+                            final_loss=hist[-1] if hist else None, losses=hist, loop_succeeded=found.loop_succeeded)
 
 
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,

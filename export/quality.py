@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import statistics
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tqdm import tqdm
 
 from mobiedit.atomic import atomic_write_text
 from mobiedit.errors import MobiEditError
+from mobiedit.rowlog import RowLog
 
 log = logging.getLogger(__name__)
 
@@ -60,49 +60,6 @@ def export_default(model_dir: Path, runtime: str, out: Path, reqs) -> Path:
     return out
 
 
-class RowLog:
-    """Per-request results of one row, one JSON line each (appended and fsynced as each edit
-    finishes), so that an interrupted run resumes where it stopped; a torn last line is ignored."""
-
-    def __init__(self, path: Path) -> None:
-        from mobiedit.evaluate import RequestScores
-
-        self.path, self.done = path, {}
-        if path.is_file():
-            text = path.read_text()
-            if text and not text.endswith("\n"):  # drop the torn tail so that appends start on a new line
-                text = text[: text.rfind("\n") + 1]
-                atomic_write_text(path, text)
-            for line in text.splitlines():
-                try:
-                    rec = json.loads(line)
-                    rec["scores"] = RequestScores(**rec["scores"])
-                except (ValueError, TypeError, KeyError):
-                    continue  # the line a kill cut short
-                self.done[rec["case_id"]] = rec
-
-    def add(self, req, scores, succeeded: bool, evals: int, wall: float) -> None:
-        import dataclasses
-        import os
-
-        rec = {"case_id": req.case_id, "scores": dataclasses.asdict(scores), "succeeded": bool(succeeded),
-               "loss_evals": int(evals), "wall_s": wall}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-            f.flush(); os.fsync(f.fileno())
-        self.done[req.case_id] = rec | {"scores": scores}
-
-    def summary(self, name: str, reqs) -> dict:
-        from mobiedit.evaluate import aggregate
-
-        recs = [self.done[r.case_id] for r in reqs if r.case_id in self.done]
-        ok = [r["loss_evals"] for r in recs if r["succeeded"]]
-        return {"row": name, "n": len(recs), "quality": aggregate([r["scores"] for r in recs]),
-                "success_rate": 100.0 * len(ok) / max(1, len(recs)),
-                "loss_evals_median_success": statistics.median(ok) if ok else None,
-                "wall_per_edit_s": statistics.mean(r["wall_s"] for r in recs) if recs else float("nan")}
-
-
 def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
     """MobiEdit's default (FZOO, W8A16 eager graph, prefix reuse, early stop) on ``reqs``."""
     import dataclasses
@@ -116,8 +73,9 @@ def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
     fwd = quantized_copy(lm.model, lm.family, layer, cfg.quant)  # once, not per request
     for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc="edit eager w8a16"):
         rec = edit_independent(lm, [req], cfg, ctx, progress=False, fwd_model=fwd)[0]
-        log_.add(req, rec.scores, rec.outcome.succeeded, rec.outcome.loss_evals, rec.outcome.wall_time)
-    return log_.summary("eager-w8a16", reqs)
+        log_.add(req.case_id, rec.scores, succeeded=bool(rec.outcome.succeeded), loss_evals=rec.outcome.loss_evals,
+                 wall_s=rec.outcome.wall_time)
+    return log_.summary("eager-w8a16", [r.case_id for r in reqs])
 
 
 def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
@@ -146,8 +104,8 @@ def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
         scores = score_request(lm.model, lm.tokenizer, req, pre)
         with torch.no_grad():
             weight.copy_(saved)
-        log_.add(req, scores, found.succeeded, found.loss_evals, wall)
-    return log_.summary(f"bundle-{b.runtime}", reqs)
+        log_.add(req.case_id, scores, succeeded=bool(found.succeeded), loss_evals=found.loss_evals, wall_s=wall)
+    return log_.summary(f"bundle-{b.runtime}", [r.case_id for r in reqs])
 
 
 def format_rows(rows: list[dict]) -> str:

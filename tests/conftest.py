@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,18 +11,42 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.set_num_threads(1)
 
-# xdist runs with ``--dist loadgroup`` (Makefile): every test file is one group, so its session
-# fixtures are built on one worker, except that tests using an expensive fixture below go to that
-# fixture's group — the small fact LM is then trained once per run instead of once per worker, and
-# test_export_bundle's two slow export fixtures are built on different workers.
-SHARED_FIXTURE_GROUPS = {"small_fact_lm": "small_fact_lm", "et_quant": "et_quant"}
+# xdist schedules whole groups of tests on one worker (the Makefile runs ``-n 2``): each test file
+# is one group, so its session fixtures are built on one worker, except that tests taking an
+# expensive fixture below go to that fixture's group — the small fact LM is then trained once per
+# run instead of once per worker, and test_export_bundle's two slow export fixtures are built on
+# different workers. (pytest-xdist's own ``--dist loadgroup`` does not group under pytest 9.)
+SHARED_FIXTURE_GROUPS = ("small_fact_lm", "et_quant")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = next((g for f, g in SHARED_FIXTURE_GROUPS.items() if f in item.fixturenames), None)
-        item.add_marker(pytest.mark.xdist_group(group or item.nodeid.split("::")[0]))
+def fixture_groups(tests_dir) -> dict[tuple[str, str], str]:
+    """(file, test function) -> group, for the test functions that take a shared fixture as an
+    argument (read from the source with ``ast``: the controller does not collect)."""
+    import ast
+    from pathlib import Path
+
+    out = {}
+    for f in sorted(Path(tests_dir).glob("test_*.py")):
+        for node in ast.parse(f.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+                args = {a.arg for a in node.args.args}
+                group = next((g for g in SHARED_FIXTURE_GROUPS if g in args), None)
+                if group:
+                    out[(f"tests/{f.name}", node.name)] = group
+    return out
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups = fixture_groups(Path(__file__).parent)
+
+    class FixtureGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file, _, rest = nodeid.partition("::")
+            return groups.get((file, rest.split("[")[0].split("::")[-1]), file)
+
+    return FixtureGroupScheduling(config, log)
 
 
 def _tokenizer(tmp):
@@ -119,3 +144,4 @@ def kill_bundle_base(tiny_llama_dir, tmp_path_factory):
     from tools.reliability.kill_bundle import bundle_config
 
     return export_bundle(tiny_llama_dir, tmp_path_factory.mktemp("kill_bundle") / "base", bundle_config("onnxruntime"))
+

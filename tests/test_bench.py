@@ -42,6 +42,18 @@ def test_bench_writes_json_and_png_with_per_row_counts(tiny_llama_dir, tmp_path,
     assert res["rows"][0]["backward_calls_mean"] > 0
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "fzoo" in capsys.readouterr().out
+    # a rerun resumes each row's per-request log: rome's request is not edited again, fzoo adds one
+    rc = main(["bench", "--model", str(tiny_llama_dir), "--layer", "0", "--rows", "rome:1,fzoo:3", "--n", "5",
+               "--out", str(out)])
+    again = json.loads((out / "bench.json").read_text())["rows"]
+    assert rc == 0 and [(r["row"], r["n"], r["processes"]) for r in again] == [("rome", 1, 1), ("fzoo", 3, 2)]
+    assert again[1]["loss_evals_per_edit"][:2] == fz["loss_evals_per_edit"]
+    assert again[0]["quality"] == res["rows"][0]["quality"]
+    capsys.readouterr()
+    rc = main(["bench", "--model", str(tiny_llama_dir), "--layer", "0", "--rows", "rome:1", "--seed", "3",
+               "--out", str(out)])  # another seed is another experiment: refused before any edit
+    err = capsys.readouterr().err
+    assert rc == 2 and "row-rome-L0.jsonl holds results of another run (different" in err and "seed" in err, err
 
 
 def test_bench_reports_both_localities_fluency_and_perplexity(small_fact_lm, tmp_path, capsys):
@@ -59,8 +71,8 @@ def test_bench_reports_both_localities_fluency_and_perplexity(small_fact_lm, tmp
     assert q["perplexity_pre"] > 1 and q["perplexity"] > 1
     assert q["perplexity_change_pct"] == pytest.approx(100 * (q["perplexity"] / q["perplexity_pre"] - 1), abs=1e-6)
     assert q["perplexity"] != q["perplexity_pre"]  # the edit of the layer is seen by the probe
-    rc = main(["bench", "--model", str(small_fact_lm), "--rows", "rome:1", "--no-ability", "--out", str(out)])
-    q = json.loads((out / "bench.json").read_text())["rows"][0]["quality"]
+    rc = main(["bench", "--model", str(small_fact_lm), "--rows", "rome:1", "--no-ability", "--out", str(tmp_path / "c")])
+    q = json.loads((tmp_path / "c" / "bench.json").read_text())["rows"][0]["quality"]
     assert rc == 0 and q["fluency_pre"] != q["fluency_pre"]  # NaN: not measured
 
 

@@ -56,7 +56,10 @@ class EditOutcome:
     ``loss_evals``: losses evaluated at distinct deltas (a batch of K counts K);
     ``sequences``: prompt sequences run through the model (rows × evaluations);
     ``forward_calls`` / ``backward_calls``: graph or model invocations.
-    ``succeeded`` False means the success criterion was not met within budget.
+    ``succeeded`` is the verdict of the edited model (:mod:`mobiedit.methods.verify`: the factors
+    written, one forward, the method's success rule); ``loop_succeeded`` the search's own verdict,
+    only its stop signal; ``write`` the write check's figures. Without the write check (a config's
+    ``verify_write`` False) ``succeeded`` is the loop's and ``loop_succeeded`` None.
     """
 
     method: str
@@ -74,10 +77,13 @@ class EditOutcome:
     losses: list[float]
     seed: int = 0
     config: dict = field(default_factory=dict)
+    loop_succeeded: bool | None = None
+    write: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
-        return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "status", "loss_evals",
-                                              "sequences", "forward_calls", "backward_calls", "wall_time")}
+        return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "loop_succeeded", "status",
+                                              "loss_evals", "sequences", "forward_calls", "backward_calls",
+                                              "wall_time", "write")}
 
 
 def module_name(family: Family, layer: int) -> str:

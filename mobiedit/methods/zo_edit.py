@@ -55,6 +55,7 @@ class MobiEditConfig:
                                     # never runs them)
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4
+    verify_write: bool = True       # the verdict is the edited model's (methods.verify), not the loop's
 
     def __post_init__(self) -> None:
         if self.layer < 0:
@@ -88,16 +89,24 @@ def build_graph(fwd_model, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfi
     return FullGraph(fwd_model, lm.family, cfg.layer, inputs, state, cfg.objective), state, inputs
 
 
+def forward_model(lm: LoadedModel, cfg: MobiEditConfig) -> torch.nn.Module:
+    """The model the loop's forwards run on: a pre-quantized checkpoint (``mobiedit quantize``)
+    itself, else a quantized copy of ``lm.model`` per ``cfg.quant`` (``lm.model`` for ``none``).
+    Build it once per model and pass it to every :func:`mobiedit_edit`: quantizing costs a copy."""
+    if is_prequantized(lm.model):
+        check_prequantized(lm.model, lm.family, cfg.layer)
+        return lm.model
+    return quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+
+
 def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
                   fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
     """One forward-only edit. ``fwd_model`` is the (quantized) model the loop's forwards run on
-    (default: a quantized copy per ``cfg.quant``); the factors are computed on ``lm.model``."""
+    (default: :func:`forward_model`, built for this edit, its time included in ``wall_time``); the
+    factors are computed on ``lm.model``."""
     t0 = time.perf_counter()
-    if fwd_model is None and is_prequantized(lm.model):  # a `mobiedit quantize` checkpoint: use it as is
-        check_prequantized(lm.model, lm.family, cfg.layer)
-        fwd_model = lm.model
-    elif fwd_model is None:
-        fwd_model = quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+    if fwd_model is None:
+        fwd_model = forward_model(lm, cfg)
     paging = lower_layers_paged_out(fwd_model, lm.family, cfg.layer) if cfg.page_out_lower and cfg.prefix_reuse \
         else nullcontext()  # a full-graph loop runs every layer each step: nothing to page out
     with paging:

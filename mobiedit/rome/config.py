@@ -55,6 +55,7 @@ class ROMEConfig:
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4  # relative ridge added to C before solving (numerical safety)
     prefix_reuse: bool = False  # True: backprop through the forward-only method's prefix graph
+    verify_write: bool = True  # the verdict is the edited model's (methods.verify), not the search's
                                 # (layers > l from the subject on, no weight gradients): rome-lean
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     context: ContextConfig = field(default_factory=ContextConfig)

@@ -1,0 +1,74 @@
+"""Verify after write (issue 18): the verdict on an edit is taken on the *edited* model.
+
+The value search judges a delta added at the layer's output on its own graph (quantized, at the
+searched positions); what is written is a rank-one update of the float weight through ``C⁻¹k̄``.
+:func:`check_written` applies the factors to the float model, runs one full forward of the
+request's prompt batch with no delta (the model the user will serve), applies the method's own
+success rule there, and restores the weight bit-exactly. It also measures the write error: at a
+key ``k`` the search added ``δ`` where the write adds ``u (wᵀk)``, so the relative error there is
+``‖u (wᵀk) − δ‖ / ‖δ‖ = |wᵀk − 1|`` — 0 at the plain prompt's key (the update is solved there),
+non-zero at the context templates' keys, whose average ``k̄`` sets only the direction.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..families import get_module
+from ..forward.graph import FullGraph
+from ..forward.prefix import compute_prefix_state
+from ..journal import apply_factors
+from ..models import LoadedModel
+from ..requests import EditRequest
+from ..rome.compute_k import keys_at_subject
+from ..rome.config import ObjectiveConfig
+from ..rome.context import build_edit_inputs
+from ..rome.objective import edit_holds, within_margin
+from .common import EditOutcome, ModelContext
+
+
+@dataclass(frozen=True)
+class WriteCheck:
+    """The edited model's verdict on one edit and the write error at the edit's keys."""
+
+    holds: bool                    # the method's success rule on the edited model
+    loss: float                    # the objective there (no delta: decay term 0)
+    rows_correct: float            # share of rewrite rows whose whole target is the argmax
+    write_error_plain: float       # |wᵀk_cur − 1| at the plain rewrite prompt's key
+    write_error_templates_mean: float   # mean |wᵀk_i − 1| over the context templates' keys
+    write_error_templates_max: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: ModelContext, objective: ObjectiveConfig,
+                  success_fraction: float, success_nll: float | None) -> WriteCheck:
+    """Apply ``out``'s factors to ``lm.model``, judge, restore. ``success_nll`` None: the rule is
+    :func:`~mobiedit.rome.objective.edit_holds` alone (ROME's); else also
+    :func:`~mobiedit.rome.objective.within_margin` (MobiEdit's)."""
+    fam, layer = lm.family, out.layer
+    inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, objective)
+    state = compute_prefix_state(lm.model, fam, layer, inputs)  # unedited: the KL reference
+    prompts = [t.replace("{}", req.rewrite_prompt) for t in ctx.templates]
+    keys, _ = keys_at_subject(lm.model, fam, layer, lm.tokenizer, [req.rewrite_prompt, *prompts], req.subject)
+    gain = (keys.double() @ out.w.double().to(keys.device)) - 1.0
+    weight = get_module(lm.model, fam.mlp_out, layer).weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.copy_(apply_factors(weight, out.u, out.w, fam.weight_out_in))
+        losses, correct = FullGraph(lm.model, fam, layer, inputs, state, objective)(
+            torch.zeros(1, state.h_suffix.shape[-1], device=state.h_suffix.device))
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+    full = correct[0] >= 1.0 - 1e-6
+    holds = edit_holds(full, success_fraction)
+    if success_nll is not None:
+        holds = holds and within_margin(float(losses[0]), 0.0, float(state.v_init.norm()), objective, success_nll)
+    tmpl = gain[1:].abs()
+    return WriteCheck(holds=bool(holds), loss=float(losses[0]), rows_correct=float(full.float().mean()),
+                      write_error_plain=float(gain[0].abs()), write_error_templates_mean=float(tmpl.mean()),
+                      write_error_templates_max=float(tmpl.max()))

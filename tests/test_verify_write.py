@@ -1,0 +1,67 @@
+"""Verify after write (issue 18): an edit's verdict is the edited model's, the loop's verdict is
+kept beside it, and the write error at the edit's keys is measured."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from mobiedit.forward.quant import QuantConfig
+from mobiedit.methods.verify import check_written
+from mobiedit.methods.zo_edit import MobiEditConfig
+from mobiedit.models import load_model
+from mobiedit.prompts import prompt_ids, target_ids
+from mobiedit.requests import EditRequest
+from mobiedit.rome.config import ContextConfig, ROMEConfig
+from mobiedit.session import apply_outcome, prepare, run_method
+from mobiedit.zo import ZOConfig
+
+REQ = EditRequest(case_id="v1", prompt="{} professionally plays the sport", subject="David Robinson",
+                  target_new="baseball", target_true="basketball")
+CTX = ContextConfig(lengths=((4, 2),))
+
+
+def _greedy_says_target(lm, req) -> bool:
+    ids = prompt_ids(lm.tokenizer, req.rewrite_prompt)
+    tgt = target_ids(lm.tokenizer, req.target_new)
+    seq = torch.tensor([ids])
+    with torch.no_grad():
+        for t in tgt:
+            nxt = int(lm.model(input_ids=seq).logits[0, -1].argmax())
+            if nxt != t:
+                return False
+            seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
+    return True
+
+
+def test_rome_verdict_is_the_edited_models(tiny_llama_dir):
+    lm = load_model(tiny_llama_dir)
+    cfg = ROMEConfig(layer=0, steps=30, mom2_adjustment=False, context=CTX)
+    ctx = prepare(lm, cfg, seed=0)
+    out = run_method(lm, REQ, cfg, ctx)
+    assert isinstance(out.loop_succeeded, bool) and set(out.write) >= {"holds", "write_error_plain"}
+    assert out.write["write_error_plain"] < 1e-4  # the update is solved at the plain prompt's key
+    assert out.write["write_error_templates_max"] >= out.write["write_error_templates_mean"] >= 0
+    before = lm.model.state_dict()["model.layers.0.mlp.down_proj.weight"].clone()
+    apply_outcome(lm, out)
+    if out.succeeded:  # the plain prompt (row 0) must show the whole target on the served model
+        assert _greedy_says_target(lm, REQ)
+    lm.model.state_dict()["model.layers.0.mlp.down_proj.weight"].copy_(before)
+    # a write that changes nothing: the edited model's verdict is False, the error 1 at every key
+    nothing = dataclasses.replace(out, u=out.u * 0, w=out.w * 0)
+    chk = check_written(lm, REQ, nothing, ctx, cfg.objective, cfg.success_fraction, None)
+    assert not chk.holds and abs(chk.write_error_plain - 1) < 1e-6 and abs(chk.write_error_templates_mean - 1) < 1e-6
+    assert torch.equal(lm.model.state_dict()["model.layers.0.mlp.down_proj.weight"], before)  # restored
+
+
+def test_mobiedit_reports_both_verdicts_and_can_skip_the_check(tiny_llama_dir):
+    lm = load_model(tiny_llama_dir)
+    z = ZOConfig(estimator="fzoo", n_dirs=8, h=0.05, optimizer="adam", lr=0.5, max_steps=40, max_evals=10_000)
+    cfg = MobiEditConfig(layer=0, zo=z, quant=QuantConfig("w8a16"), mom2_adjustment=False, context=CTX)
+    ctx = prepare(lm, cfg, seed=0)
+    out = run_method(lm, REQ, cfg, ctx)
+    assert out.succeeded == out.write["holds"] and isinstance(out.loop_succeeded, bool)
+    assert out.summary()["loop_succeeded"] == out.loop_succeeded
+    raw = run_method(lm, REQ, dataclasses.replace(cfg, verify_write=False), ctx)
+    assert raw.loop_succeeded is None and raw.write == {} and raw.succeeded == out.loop_succeeded
+    assert raw.loss_evals == out.loss_evals
