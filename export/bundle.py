@@ -27,6 +27,7 @@ from mobiedit.outputs import check_output_dir, mark_output, weights_bytes
 
 from .config import RUNTIMES, ExportConfig
 from .manifest_check import MAX_MANIFEST_BYTES, validate_sections
+from .recipe import shipped_recipe
 from .runtime import Program, open_program
 from .tokenizer import BundleTokenizer, save_tokenizer
 
@@ -86,6 +87,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     prep = prepare(model_dir, cfg)
     if fit_requests:
         cfg = fit_edit_shapes(prep, cfg, fit_requests)
+    recipe = shipped_recipe(cfg.edit_shapes.K)  # the edit recipe hosts use (export/recipe.py); checked up front
     modules = build_modules(prep, program_models(prep, cfg), cfg)
     edit_q = cfg.quant.resolved_edit_scheme != "fp32"
     need_float = edit_q or cfg.quant.scheme == "qdq_a16w8"
@@ -131,6 +133,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
         checks["export_seconds"] = round(time.perf_counter() - t0, 1)
         checks["capture_seconds"] = round(t_capture, 1)
         manifest = _manifest(prep, cfg, programs, special, checks)
+        manifest["recipe"] = recipe.as_manifest()
         manifest["chat"] = chat
         manifest["files"] = {p.name: {"sha256": files_sha256([p]), "bytes": p.stat().st_size}
                              for p in sorted(tmp.iterdir()) if p.is_file() and p.name != MANIFEST}

@@ -176,8 +176,9 @@ def cmd_undo(args) -> int:
 
 
 def bundle_edit(args) -> int:
-    """``mobiedit edit --bundle BUNDLE --requests FILE``: edit through the bundle's programs.
-    Exit code 1 when an edit missed its success criterion (it is applied only with --force)."""
+    """``mobiedit edit --bundle BUNDLE --requests FILE``: edit through the bundle's programs with
+    the bundle's recipe (manifest ``recipe``; ``--seed`` replaces its seed). Exit code 1 when an
+    edit missed its success criterion (it is applied only with --force)."""
     import dataclasses
 
     import torch
@@ -185,13 +186,17 @@ def bundle_edit(args) -> int:
     from mobiedit.resolve import load_cli_requests
 
     from .bundle import load_bundle
-    from .ops import default_zo, edit_bundle
+    from .ops import edit_bundle
+    from .recipe import recipe_of
 
     torch.set_num_threads(1)
     bundle = load_bundle(args.bundle)
     reqs = load_cli_requests(args)
-    zo = dataclasses.replace(default_zo(bundle.manifest["shapes"]["edit_K"]), seed=getattr(args, "seed", 0))
-    results = edit_bundle(bundle, reqs, zo, force=getattr(args, "force", False))
+    recipe = recipe_of(bundle.manifest)
+    seed = getattr(args, "seed", None)
+    zo = recipe.zo if seed is None else dataclasses.replace(recipe.zo, seed=seed)
+    results = edit_bundle(bundle, reqs, zo, success_fraction=recipe.success_fraction,
+                          success_nll=recipe.success_nll, force=getattr(args, "force", False))
     from mobiedit.termsafe import term_safe
 
     for r in results:

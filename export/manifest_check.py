@@ -9,7 +9,9 @@ reads, so that nothing later fails with ``KeyError`` / ``TypeError`` or allocate
 * ``programs.<role>``: ``file`` listed, ``method`` a name or null, ``inputs`` / ``outputs`` lists
   of names;
 * ``special_tokens``: ids in ``[0, vocab_size)`` or null; ``edit``: templates with a ``{}`` slot,
-  a known objective, booleans and a finite ridge; ``files``: sha256 hex and sizes; ``chat``.
+  a known objective, booleans and a finite ridge; ``files``: sha256 hex and sizes; ``chat``;
+* ``recipe`` (optional: bundles exported before it was written have none): the edit recipe,
+  checked by :func:`mobiedit.export.recipe.check_recipe`.
 
 Every problem is a :class:`~mobiedit.errors.BundleError` naming ``manifest.json, field 'x.y'``.
 """
@@ -189,3 +191,10 @@ def validate_sections(m: dict, where: str) -> None:
             _fail(where, "chat.default", "must be true or false")
     if "checks" in m and not isinstance(m["checks"], dict):
         _fail(where, "checks", "must be a JSON object")
+    if "recipe" in m:
+        from .recipe import check_recipe
+
+        zo = check_recipe(m["recipe"], where).zo
+        if zo.K * dims["d_out"] > MAX_ELEMENTS:  # the search's directions, K rows of d_out floats
+            _fail(where, "recipe.zo.n_dirs", f"implies a buffer of {zo.K} x {dims['d_out']} elements "
+                  f"(limit {MAX_ELEMENTS}); use fewer directions")

@@ -37,6 +37,7 @@ from .bundle import JOURNAL, Bundle, load_bundle
 from .config import EditShapes
 from .generate import CacheShape, greedy_tokens
 from .packing import EDIT_INPUTS, edit_feed, pack_edit
+from .recipe import Recipe, recipe_of
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +95,6 @@ class BundleEditResult:
     final_loss: float | None
     losses: list[float]
     loop_succeeded: bool | None = None  # the search's verdict; ``succeeded`` is the written edit's
-
-
-def default_zo(K: int) -> ZOConfig:
-    """The forward-only method's default search, with ``n_dirs`` fitted to the program's K."""
-    from mobiedit.methods.zo_edit import MobiEditConfig
-
-    base = MobiEditConfig().zo
-    return dataclasses.replace(base, n_dirs=max(1, K - 1) if base.estimator == "fzoo" else base.n_dirs)
 
 
 def edit_shapes_of(m: dict) -> EditShapes:
@@ -173,14 +166,16 @@ def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor
     return holds(losses, c, 0.0)
 
 
-def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
-                       success_fraction: float = 0.75, success_nll: float = 0.5,
+def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig | None = None,
+                       success_fraction: float | None = None, success_nll: float | None = None,
                        backend: str = "native", verify_write: bool = True) -> BundleSearch:
     """Search ``req``'s value delta through the bundle's prefix + edit programs (the journal's
-    active edits in the slots) and compute ROME's factors; writes nothing. ``succeeded`` is the
-    verdict of the programs with the factors in a slot (:func:`_written_holds`), the search's own
-    in ``loop_succeeded``."""
+    active edits in the slots) and compute ROME's factors; writes nothing. ``zo`` and the success
+    thresholds default to the bundle's recipe (:func:`~mobiedit.export.recipe.recipe_of`).
+    ``succeeded`` is the verdict of the programs with the factors in a slot (:func:`_written_holds`),
+    the search's own in ``loop_succeeded``."""
     m = b.manifest
+    zo, success_fraction, success_nll = _resolve(recipe_of(m), zo, success_fraction, success_nll)
     objective = ObjectiveConfig(**m["edit"]["objective"])
     inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
     packed = pack_edit(inputs, edit_shapes_of(m), objective)
@@ -221,6 +216,13 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     return BundleSearch(res.status.value, written, u, w, graph.evals, zcfg, list(res.history), loop_succeeded=succeeded)
 
 
+def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None, success_nll: float | None
+             ) -> tuple[ZOConfig, float, float]:
+    """The search and thresholds to use: each given value, else the recipe's."""
+    return (zo or recipe.zo, recipe.success_fraction if success_fraction is None else success_fraction,
+            recipe.success_nll if success_nll is None else success_nll)
+
+
 def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
               success_fraction: float, success_nll: float, force: bool, backend: str) -> BundleEditResult:
     t0 = time.perf_counter()
@@ -247,31 +249,33 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
 
 
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,
-                success_fraction: float = 0.75, success_nll: float = 0.5, force: bool = False,
+                success_fraction: float | None = None, success_nll: float | None = None, force: bool = False,
                 backend: str = "native", lock_timeout: float = DEFAULT_TIMEOUT
                 ) -> list[BundleEditResult]:
     """Edit ``requests`` one after another through the bundle's prefix + edit programs.
 
-    Each applied edit is journaled before the next request starts (so it sits in a slot for the
-    next prefix run). An edit that misses the success criterion (``mobiedit.rome.objective.edit_holds``
-    with ``success_fraction``, and the loss minus decay at most ``success_nll``, as ``mobiedit_edit``)
-    within budget is not applied unless ``force``. Raises BundleError when a request does not fit the programs' shapes, NumericalError
-    on NaN/Inf.
+    The search (``zo``) and the success thresholds default to the bundle's recipe (manifest
+    ``recipe``, :func:`~mobiedit.export.recipe.recipe_of`). Each applied edit is journaled before
+    the next request starts (so it sits in a slot for the next prefix run). An edit that misses the
+    success criterion (``mobiedit.rome.objective.edit_holds`` with ``success_fraction``, and the
+    loss minus decay at most ``success_nll``, as ``mobiedit_edit``) within budget is not applied
+    unless ``force``. Raises BundleError when a request does not fit the programs' shapes,
+    NumericalError on NaN/Inf.
 
     Each request holds the journal's write lock (:func:`mobiedit.journal_lock.journal_lock`) from
     re-reading the journal to its last write, so concurrent writers (another ``edit --bundle``, an
     undo, the app) are serialised: no id is reused and no edit is lost. A writer that cannot take
     the lock within ``lock_timeout`` seconds raises ``JournalBusyError``.
     """
-    if not (0.0 <= success_fraction <= 1.0):
+    if success_fraction is not None and not (0.0 <= success_fraction <= 1.0):
         raise ConfigError(f"success_fraction={success_fraction} out of [0, 1]", where="success_fraction",
                           fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
-    if not success_nll > 0:
+    if success_nll is not None and not success_nll > 0:
         raise ConfigError(f"success_nll={success_nll} must be > 0", where="success_nll", fix="e.g. 0.5")
     b = _open(bundle)
     _check_edit_interface(b)
     keystats = b.keystats()
-    zo = zo or default_zo(b.manifest["shapes"]["edit_K"])
+    zo, success_fraction, success_nll = _resolve(recipe_of(b.manifest), zo, success_fraction, success_nll)
     results = []
     for r in requests:
         with journal_lock(b.path / JOURNAL, lock_timeout):

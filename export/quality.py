@@ -86,16 +86,17 @@ def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
     from mobiedit.journal import apply_factors
 
     from .bundle import load_bundle
-    from .ops import default_zo, search_bundle_edit
+    from .ops import search_bundle_edit
+    from .recipe import recipe_of
 
     b = load_bundle(bundle_dir)
     journal, keystats = b.journal(), b.keystats()
-    zo = default_zo(b.manifest["shapes"]["edit_K"])
+    recipe = recipe_of(b.manifest)  # the search and success rule the bundle ships
     weight = get_module(lm.model, lm.family.mlp_out, b.manifest["edit_layer"]).weight
     for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc=f"edit via {b.runtime}"):
         pre = pre_edit_snapshot(lm.model, lm.tokenizer, req)
         t0 = time.perf_counter()
-        found = search_bundle_edit(b, journal, keystats, req, zo)
+        found = search_bundle_edit(b, journal, keystats, req, recipe.zo, recipe.success_fraction, recipe.success_nll)
         wall = time.perf_counter() - t0
         saved = weight.detach().clone()
         with torch.no_grad():

@@ -71,6 +71,8 @@ def cmd_edit(args) -> int:
                                       "at the layer and with the recipe it was exported with")
 
         return bundle_edit(args)
+    if args.seed is None:
+        args.seed = 0
     if not args.out:
         raise ConfigError("no output folder", where="--out", fix="pass --out DIR (a new HF folder is written there)")
     import torch
@@ -81,7 +83,7 @@ def cmd_edit(args) -> int:
     from .journal_guard import check_journal_belongs
     from .models import load_model
     from .outputs import check_output_dir, mark_output, weights_bytes
-    from .session import check_fits, edit_sequential, prepare
+    from .session import check_fits, edit_sequential, prepare, seed_edited_keys
 
     torch.set_num_threads(1)
     model_dir = resolve_model(args)
@@ -96,6 +98,8 @@ def cmd_edit(args) -> int:
         check_journal_belongs(prior, lm.model, lm.family)
     pres = [pre_edit_snapshot(lm.model, lm.tokenizer, r) for r in reqs]
     ctx = prepare(lm, cfg, args.seed, progress=not args.quiet)
+    if prior is not None:  # the nullspace rule solves new edits against the folder's earlier ones
+        seed_edited_keys(lm, ctx, prior, cfg.layer)
     with atomic_dir(out) as tmp:
         if prior is not None:
             prior.copy_to(tmp / "journal")
@@ -109,8 +113,10 @@ def cmd_edit(args) -> int:
                 shutil.copy2(model_dir / extra, tmp / extra)
     failed = [r for r in records if not r.applied]
     for r in records:
-        print(f"{term_safe(r.request.case_id)}: {r.outcome.status} applied={r.applied} loss_evals={r.outcome.loss_evals} "
-              f"wall={r.outcome.wall_time:.2f}s")
+        o = r.outcome
+        check = "" if o.loop_succeeded is None else f" edited-model-check={'pass' if o.succeeded else 'FAIL'}"
+        print(f"{term_safe(r.request.case_id)}: {o.status} applied={r.applied} loss_evals={o.loss_evals} "
+              f"wall={o.wall_time:.2f}s{check}")
     scores = [score_request(lm.model, lm.tokenizer, r, p) for r, p in zip(reqs, pres)]
     print(format_table(aggregate(scores), title=f"in-memory scores after {len(records) - len(failed)} edits"))
     print(f"wrote {out}" + (f"; {len(failed)} edit(s) not applied (missed the success criterion; --force applies them)"
@@ -268,7 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp); request_args(sp)
     sp.add_argument("--method", choices=METHODS, default="mobiedit")
     sp.add_argument("--config", help="YAML method config"); sp.add_argument("--layer", type=int)
-    sp.add_argument("--out"); sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out")
+    sp.add_argument("--seed", type=int, default=None,
+                    help="search seed (default 0; with --bundle: the seed of the bundle's recipe)")
     sp.add_argument("--force", action="store_true", help="apply edits that missed their success criterion")
     sp.add_argument("--bundle", help="edit a phone bundle through its edit program instead")
     sp.add_argument("--overwrite", action="store_true",

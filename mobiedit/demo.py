@@ -140,12 +140,12 @@ def cmd_demo(args) -> int:
     if args.no_phone:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp), args.runtime, args.tokens)
+        phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp), args.runtime, args.tokens, args.quant)
     return 0
 
 
 def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[str], tmp: Path,
-               runtime: str = "executorch", tokens: int = 4) -> None:
+               runtime: str = "executorch", tokens: int = 4, quant: str | None = None) -> None:
     """Save ``lm`` (edited), export it to a bundle of ``runtime`` (`mobiedit export`'s default
     scheme) and answer from the bundle alone."""
     import shutil
@@ -167,7 +167,8 @@ def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[
             shutil.copy2(model_dir / extra, edited / extra)
     t0 = time.perf_counter()
     print(f"\nexporting the edited model to a {runtime} bundle ...", flush=True)
-    cfg = merge(default_export_config(runtime), {"edit": {"layer": layer}})  # `mobiedit export`'s default
+    over = {"edit": {"layer": layer}} | ({"quant": {"scheme": quant}} if quant else {})
+    cfg = merge(default_export_config(runtime), over)  # `mobiedit export`'s default (and --quant)
     bundle = export_bundle(edited, tmp / "bundle", cfg)
     m = load_bundle(bundle).manifest
     size = sum(f["bytes"] for f in m["files"].values())
@@ -188,5 +189,6 @@ def register(sub) -> None:
     sp.add_argument("--tokens", type=int, default=5, help="greedy tokens shown per completion")
     sp.add_argument("--runtime", default="onnxruntime", choices=("onnxruntime", "executorch"),
                     help="the phone bundle's runtime (ExecuTorch's XNNPACK lowering of a 135M model takes hours here)")
+    sp.add_argument("--quant", help="the bundle's scheme (default: the runtime's, as `mobiedit export`)")
     sp.add_argument("--no-phone", action="store_true", help="skip the phone-bundle part")
     sp.set_defaults(fn=cmd_demo)

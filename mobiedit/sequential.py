@@ -55,7 +55,7 @@ def _probe_true_acc(model, tok, reqs) -> float:
 def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", layer: int | None = None,
                    checkpoints: Sequence[int] = DEFAULT_CHECKPOINTS, *, requests: str | Path | None = None,
                    seed: int = 0, force: bool = False, n_undo: int = 10, probe: int = 20,
-                   work: str | Path | None = None, progress: bool = False) -> dict:
+                   work: str | Path | None = None, progress: bool = False, config: str | None = None) -> dict:
     """Edit ``n_edits`` requests sequentially and return the table and the undo check (see the
     module docstring). ``force`` applies edits that missed their success criterion (``--force``).
     Checkpoints above ``n_edits`` are dropped; ``n_edits`` itself is always one."""
@@ -76,7 +76,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
         raise ConfigError(f"must be >= 1, got {n_edits}", where="--n", fix="edit at least one request")
     model_dir = Path(model_dir)
     layer = edit_layer_for(model_dir, layer)
-    cfg = method_config(method, layer, None, seed)
+    cfg = method_config(method, layer, config, seed)
     lm = load_model(model_dir)
     tok, fam = lm.tokenizer, lm.family
     all_reqs = load_requests(requests or bundled_path("counterfact-edit-1k.json"))
@@ -129,7 +129,10 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
     finally:
         if tmp is not None:
             tmp.cleanup()
-    return {"model": str(model_dir), "method": method, "layer": layer, "n_edits": n_edits, "force": force,
+    from .config_io import to_dict
+
+    return {"model": str(model_dir), "method": method, "config": to_dict(cfg), "layer": layer, "n_edits": n_edits,
+            "force": force,
             "seed": seed, "probe_requests": len(probes), "probe_true_acc_unedited": probe_true_base,
             "table": rows, "undo": undo, "wall_seconds": time.perf_counter() - t0}
 
@@ -192,10 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mobiedit.sequential",
                                 description=__doc__.split("\n")[0])
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local HF folder")
+    g.add_argument("--model", help="local HF folder or checkpoint name")
     g.add_argument("--preset", default="default", help="fact LM preset when --model is absent")
     p.add_argument("--n", type=int, default=100, help="number of sequential edits")
     p.add_argument("--method", choices=("rome", "mobiedit"), default="rome")
+    p.add_argument("--config", help="YAML method config merged over the method's defaults "
+                                    "(e.g. `update: {rule: nullspace}` for null-space-projected updates)")
     p.add_argument("--layer", type=int)
     p.add_argument("--checkpoints", type=int, nargs="*", default=list(DEFAULT_CHECKPOINTS))
     p.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
@@ -210,14 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.model:
-            model_dir = Path(args.model)
+            from .checkpoints import resolve_model_arg
+
+            model_dir = resolve_model_arg(args.model)
         else:
             from .factlm import ensure_fact_lm
 
             model_dir = ensure_fact_lm(args.preset, progress=not args.quiet)
         res = run_sequential(model_dir, args.n, args.method, args.layer, args.checkpoints,
                              requests=args.requests, seed=args.seed, force=args.force, n_undo=args.undo,
-                             probe=args.probe, progress=not args.quiet)
+                             probe=args.probe, progress=not args.quiet, config=args.config)
     except MobiEditError as e:
         print(f"mobiedit: error: {e}", file=sys.stderr)
         return 2

@@ -28,6 +28,8 @@ from .methods.rome import rome_edit
 from .methods.verify import check_written
 from .methods.zo_edit import MobiEditConfig, forward_model, mobiedit_edit
 from .models import LoadedModel
+from .rome.update import null_space_projector
+from .errors import ConfigError
 from .requests import EditRequest
 from .rome.config import ROMEConfig
 
@@ -115,9 +117,33 @@ def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = Fals
     paging = lower_layers_paged_out(lm.model, lm.family, cfg.layer) \
         if getattr(cfg, "page_out_lower", False) and getattr(cfg, "prefix_reuse", False) else nullcontext()
     with paging:
-        return prepare_context(lm, [cfg.layer], cfg.context, corpus.texts if corpus else None,
-                               torch.Generator().manual_seed(seed), progress,
-                               stats_source=corpus.source if corpus else None)
+        ctx = prepare_context(lm, [cfg.layer], cfg.context, corpus.texts if corpus else None,
+                              torch.Generator().manual_seed(seed), progress,
+                              stats_source=corpus.source if corpus else None)
+    if cfg.update.rule == "nullspace":
+        if cfg.layer not in ctx.mom2:
+            raise ConfigError("the nullspace update rule needs the layer's key statistics",
+                              where="update.rule", fix="keep mom2_adjustment on, or use update.rule 'rome'")
+        ctx.projector[cfg.layer] = null_space_projector(ctx.mom2[cfg.layer], cfg.update.nullspace_threshold)
+    return ctx
+
+
+def seed_edited_keys(lm: LoadedModel, ctx: ModelContext, journal: Journal, layer: int) -> int:
+    """Put the keys of ``journal``'s active edits of ``layer`` into ``ctx.edited_keys`` (a session
+    that continues an edited folder). A key at layer ``l`` is the input of that layer's edited
+    matrix, which no edit of that matrix changes: recomputed from the recorded request, it is the
+    key the edit was solved at. Returns how many keys were added."""
+    from .rome.compute_k import compute_key
+
+    keys = ctx.edited_keys.setdefault(layer, [])
+    n = 0
+    for e in journal.entries(active_only=True):
+        if e.layer == layer:
+            req = e.edit_request()
+            keys.append(compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
+                                    req.rewrite_prompt, req.subject)[0])
+            n += 1
+    return n
 
 
 def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | None:
@@ -203,6 +229,8 @@ def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig,
                 journal.record(req, res.method, lm.family, res.layer, res.module, res.u, res.w, base,
                                metrics=res.summary(), config={"seed": res.seed})
             apply_outcome(lm, res)
+            if res.key is not None:  # later edits of this session solve against it (nullspace rule)
+                ctx.edited_keys.setdefault(res.layer, []).append(res.key)
         else:
             why = ("the search's check passed, but the edited model does not meet it" if res.loop_succeeded
                    else f"search stopped: {res.status}")

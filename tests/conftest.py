@@ -20,19 +20,26 @@ SHARED_FIXTURE_GROUPS = ("small_fact_lm", "et_quant")
 
 
 def fixture_groups(tests_dir) -> dict[tuple[str, str], str]:
-    """(file, test function) -> group, for the test functions that take a shared fixture as an
-    argument (read from the source with ``ast``: the controller does not collect)."""
+    """(file, test function) -> group, for the test functions that take a shared fixture — as an
+    argument, or through a fixture of their own file that takes it (read from the source with
+    ``ast``: the controller does not collect)."""
     import ast
     from pathlib import Path
 
     out = {}
     for f in sorted(Path(tests_dir).glob("test_*.py")):
-        for node in ast.parse(f.read_text()).body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-                args = {a.arg for a in node.args.args}
-                group = next((g for g in SHARED_FIXTURE_GROUPS if g in args), None)
-                if group:
-                    out[(f"tests/{f.name}", node.name)] = group
+        funcs = [n for n in ast.parse(f.read_text()).body if isinstance(n, ast.FunctionDef)]
+        args = {n.name: {a.arg for a in n.args.args} for n in funcs}
+        for group in SHARED_FIXTURE_GROUPS:
+            needs = {group}
+            while True:  # the file's fixtures that (transitively) take the shared one
+                more = {name for name, a in args.items() if not name.startswith("test") and a & needs} - needs
+                if not more:
+                    break
+                needs |= more
+            for name, a in args.items():
+                if name.startswith("test") and a & needs:
+                    out.setdefault((f"tests/{f.name}", name), group)
     return out
 
 

@@ -228,6 +228,31 @@ def test_edit_bundle_loop_matches_the_eager_method(tiny_model_dir, bundles, tmp_
     assert Journal.open(path / "journal").entries(active_only=True) == []
 
 
+def test_the_manifest_recipe_is_what_bundle_edits_use(bundles, tmp_path, capsys):
+    """Export writes the shipped recipe (n_dirs = edit_K − 1); edit_bundle and `edit --bundle`
+    search and judge with the manifest's recipe, --seed replacing only its seed."""
+    from mobiedit.cli import build_parser
+    from mobiedit.export.recipe import shipped_recipe
+
+    path = _copy(bundles["et"], tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    K = manifest["shapes"]["edit_K"]
+    assert manifest["recipe"] == shipped_recipe(K).as_manifest() and manifest["recipe"]["zo"]["n_dirs"] == K - 1
+    manifest["recipe"]["zo"].update(lr=0.3, max_steps=2, seed=5)
+    manifest["recipe"]["success"]["fraction"] = 0.5
+    (path / "manifest.json").write_text(json.dumps(manifest))  # not a checksummed file
+    [res] = edit_bundle(path, [REQUEST], force=True)
+    assert res.applied and len(res.losses) <= 2
+    args = build_parser().parse_args(["edit", "--bundle", str(path), "--subject", REQUEST.subject, "--prompt",
+                                      REQUEST.prompt, "--target", REQUEST.target_new, "--seed", "7", "--force"])
+    args.fn(args)
+    first, second = Journal.open(path / "journal").entries()
+    for entry, seed in ((first, 5), (second, 7)):
+        zo = entry.config["zo"]
+        assert (zo["lr"], zo["max_steps"], zo["seed"], zo["n_dirs"]) == (0.3, 2, seed, K - 1), zo
+        assert (entry.config["success_fraction"], entry.config["success_nll"]) == (0.5, 0.5)
+
+
 def test_shipped_quantized_edit_programs_keep_the_loss_signal(tiny_model_dir, qdq_bundle, et_quant):
     lm = load_model(tiny_model_dir)
     qdq = load_bundle(qdq_bundle)

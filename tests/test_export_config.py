@@ -41,3 +41,21 @@ def test_edit_scheme_resolution():
     q = ExportConfig(quant=QuantizeConfig(scheme="qdq_a16w8"), lower=LowerConfig(runtime="onnxruntime")).quant
     assert q.resolved_edit_scheme == "qdq_a16w8"
     assert EditShapes(prefix=10, suffix=6).tokens == 16
+
+
+@pytest.mark.parametrize("K", [1, 5, 17])
+def test_the_shipped_recipe_is_the_methods_config_fitted_to_K(K):
+    """One definition: the bundle recipe is MobiEditConfig()'s search and success rule, FZOO's
+    n_dirs fitted to the edit programs' static K (one program call per step)."""
+    import dataclasses
+
+    from mobiedit.export.recipe import ZO_FIELDS, shipped_recipe
+    from mobiedit.methods.zo_edit import MobiEditConfig
+
+    cfg, r = MobiEditConfig(), shipped_recipe(K)
+    assert r.zo == dataclasses.replace(cfg.zo, n_dirs=max(1, K - 1)) and r.zo.estimator == "fzoo"
+    assert (r.success_fraction, r.success_nll) == (cfg.success_fraction, cfg.success_nll)
+    m = r.as_manifest()
+    assert list(m["zo"]) == list(ZO_FIELDS) and "max_norm" not in m["zo"]
+    assert m["success"] == {"fraction": cfg.success_fraction, "nll": cfg.success_nll}
+    assert m["zo"]["n_dirs"] == max(1, K - 1) and m["zo"]["lr"] == cfg.zo.lr

@@ -85,6 +85,21 @@ def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
     ("edit.ridge", -1, "edit.ridge"),
     ("edit.mom2", "yes", "edit.mom2"),
     ("files.model.pte.sha256", "ABC", "files.model.pte.sha256"),
+    ("recipe", [], "recipe"),
+    ("recipe", None, "recipe"),
+    ("recipe.zo", KeyError, "recipe.zo"),
+    ("recipe.zo.lr", -0.5, "recipe.zo.lr"),
+    ("recipe.zo.lr", 10**400, "recipe.zo.lr"),
+    ("recipe.zo.h", KeyError, "recipe.zo.h"),
+    ("recipe.zo.n_dirs", "8", "recipe.zo.n_dirs"),
+    ("recipe.zo.n_dirs", 8.0, "recipe.zo.n_dirs"),
+    ("recipe.zo.estimator", "adam", "recipe.zo.estimator"),
+    ("recipe.zo.max_evals", 2, "recipe.zo.max_evals"),
+    ("recipe.zo.seed", 2**64, "recipe.zo.seed"),
+    ("recipe.zo.max_norm", 1.0, "recipe.zo.max_norm"),
+    ("recipe.success.fraction", 1.5, "recipe.success.fraction"),
+    ("recipe.success.nll", 0, "recipe.success.nll"),
+    ("recipe.success.nll", True, "recipe.success.nll"),
 ])
 def test_every_manifest_section_is_validated(tmp_path, path, value, field):
     m = valid_manifest(tmp_path)
@@ -95,7 +110,40 @@ def test_every_manifest_section_is_validated(tmp_path, path, value, field):
     _write(tmp_path, m)
     with pytest.raises(BundleError) as err:
         read_manifest(tmp_path)
-    assert f"field '{field}'" in str(err.value), str(err.value)
+    assert f"field '{field}'" in str(err.value) and "fix:" in str(err.value), str(err.value)
+
+
+def test_the_recipe_comes_from_the_manifest_else_the_shipped_one(tmp_path):
+    """A manifest's recipe is what hosts edit with; a bundle exported before the recipe was
+    written (no ``recipe``) gets the shipped one, n_dirs fitted to its edit_K."""
+    from mobiedit.export.recipe import recipe_of, shipped_recipe
+    from mobiedit.methods.zo_edit import MobiEditConfig
+
+    m = valid_manifest(tmp_path)
+    m["recipe"]["zo"].update(lr=0.3, n_dirs=8, seed=5)
+    m["recipe"]["success"]["fraction"] = 0.5
+    _write(tmp_path, m)
+    r = recipe_of(read_manifest(tmp_path))
+    assert (r.zo.lr, r.zo.n_dirs, r.zo.seed, r.success_fraction, r.success_nll, r.from_manifest) == \
+        (0.3, 8, 5, 0.5, 0.5, True)
+    del m["recipe"]
+    _write(tmp_path, m)
+    old = recipe_of(read_manifest(tmp_path))
+    shipped = MobiEditConfig()
+    assert not old.from_manifest and old.zo == shipped_recipe(4).zo
+    assert old.zo.n_dirs == 3 and old.zo.K == 4  # FZOO: edit_K − 1 directions, one program call per step
+    assert (old.zo.lr, old.zo.h, old.zo.max_steps, old.zo.max_evals) == \
+        (shipped.zo.lr, shipped.zo.h, shipped.zo.max_steps, shipped.zo.max_evals)
+    assert (old.success_fraction, old.success_nll) == (shipped.success_fraction, shipped.success_nll)
+
+
+def test_the_recipes_search_buffer_is_bounded(tmp_path):
+    m = valid_manifest(tmp_path)
+    m["dims"].update(hidden_size=1 << 17, d_out=1 << 17)
+    m["recipe"]["zo"].update(n_dirs=1 << 20, max_evals=1 << 21)
+    _write(tmp_path, m)
+    with pytest.raises(BundleError, match=r"field 'recipe.zo.n_dirs'.*buffer"):
+        read_manifest(tmp_path)
 
 
 def test_manifest_sizes_are_bounded_in_total_elements(tmp_path):

@@ -5,8 +5,9 @@ tokenizer fixture of make_tokenizer_fixture.py, exports it with the real exporte
 (`mobiedit export`, ExecuTorch, the shipped 8da8w scheme) and writes
 app/src/test/resources/fixtures/exported_bundle/:
 
-  manifest.json          the exporter's manifest verbatim, except files["model.pte"], which
-                         describes the small placeholder below (the real .pte is ~0.6 MB)
+  manifest.json          the exporter's manifest verbatim (its edit recipe included), except
+                         files["model.pte"], which describes the small placeholder below (the
+                         real .pte is ~0.6 MB)
   model.pte              placeholder text (its real sha256/size are in program_io.json)
   tokenizer.json, keystats.safetensors, journal/journal.jsonl   as exported (checksums unchanged)
   program_io.json        what the real model.pte declares: per method, dtype and shape of each
@@ -115,7 +116,7 @@ def tensor(t: torch.Tensor, values: bool = False) -> dict:
 
 def edit_case(bundle_dir: Path) -> dict:
     from mobiedit.export import load_bundle
-    from mobiedit.export.ops import _shapes
+    from mobiedit.export.ops import edit_shapes_of
     from mobiedit.export.packing import edit_feed, pack_edit
     from mobiedit.requests import requests_from_cli
     from mobiedit.rome.config import ObjectiveConfig
@@ -127,7 +128,7 @@ def edit_case(bundle_dir: Path) -> dict:
     req = requests_from_cli(REQUEST[0], REQUEST[1], REQUEST[2])[0]
     objective = ObjectiveConfig(**m["edit"]["objective"])
     inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
-    packed = pack_edit(inputs, _shapes(m), objective)
+    packed = pack_edit(inputs, edit_shapes_of(m), objective)
     slot_u, slot_w = b.slots()
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": slot_u, "slot_w": slot_w})
     feed = edit_feed(packed, pout)

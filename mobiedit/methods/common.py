@@ -30,6 +30,11 @@ class ModelContext:
 
     templates: list[str]
     mom2: dict[int, torch.Tensor] = field(default_factory=dict)
+    #: per layer: the null-space projector of the ``nullspace`` update rule (built from ``mom2``)
+    projector: dict[int, torch.Tensor] = field(default_factory=dict)
+    #: per layer: k̄ of each edit applied so far in this session, in order (the ``nullspace``
+    #: rule's ``K_p``; a sequential session appends, an independent one never does)
+    edited_keys: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
 
 def prepare_context(lm: LoadedModel, layers: list[int], context: ContextConfig, stats_texts: list[str] | None,
@@ -79,6 +84,7 @@ class EditOutcome:
     config: dict = field(default_factory=dict)
     loop_succeeded: bool | None = None
     write: dict = field(default_factory=dict)
+    key: torch.Tensor | None = None  # k̄, the edit's key averaged over the context templates
 
     def summary(self) -> dict:
         return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "loop_succeeded", "status",

@@ -22,7 +22,7 @@ from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, qu
 from ..forward.stream import lower_layers_paged_out
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..rome.config import ContextConfig, ObjectiveConfig
+from ..rome.config import ContextConfig, ObjectiveConfig, UpdateConfig
 from ..rome.context import build_edit_inputs
 from ..rome.objective import edit_holds, within_margin
 from ..zo import ZOConfig, run_zo
@@ -56,6 +56,7 @@ class MobiEditConfig:
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4
     verify_write: bool = True       # the verdict is the edited model's (methods.verify), not the loop's
+    update: UpdateConfig = field(default_factory=UpdateConfig)
 
     def __post_init__(self) -> None:
         if self.layer < 0:
@@ -144,8 +145,8 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     res.raise_for_status()
     delta = torch.from_numpy(np.asarray(res.x, dtype=np.float32)) * scale
     succeeded = res.succeeded or check(np.asarray(res.x, dtype=np.float32))
-    u, w = factors_from_delta(lm, ctx, req, cfg.layer, delta, cfg.mom2_ridge)
+    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, delta, cfg.mom2_ridge, cfg.update)
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=succeeded, status=res.status.value, loss_evals=n.evals, sequences=n.sequences,
                        forward_calls=n.calls + 2, backward_calls=0, wall_time=time.perf_counter() - t0,
-                       losses=list(res.history), seed=cfg.zo.seed)
+                       losses=list(res.history), seed=cfg.zo.seed, key=key)

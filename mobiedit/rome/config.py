@@ -42,6 +42,38 @@ class ObjectiveConfig:
                               fix="e.g. '{} is a'")
 
 
+UPDATE_RULES = ("rome", "nullspace")
+
+
+@dataclass(frozen=True)
+class UpdateConfig:
+    """How a found value becomes the rank-one weight change ``u wᵀ`` (both methods; the journal
+    stores the factors either way, so undo stays exact).
+
+    * ``rome`` — ``w ∝ C⁻¹k̄`` (ROME): the least change to the keys of natural text, on average.
+    * ``nullspace`` — AlphaEdit's direction: ``w ∝ (P (k̄k̄ᵀ + K_p K_pᵀ) + α I)⁻¹ P k̄``, where ``P``
+      projects onto the span of the eigenvectors of ``C`` whose eigenvalues are below
+      ``nullspace_threshold`` × the largest (directions natural text barely uses) and ``K_p`` are
+      the keys of the edits already applied in this session (a later edit avoids moving them);
+      ``α = alpha · ‖P k̄‖²`` (scale-free).
+    Either way ``w`` is normalised so that the plain prompt's key gets exactly ``v*`` (ROME's
+    normalisation; AlphaEdit's own solve leaves the target short by ``α``).
+    """
+
+    rule: str = "rome"
+    nullspace_threshold: float = 1e-2
+    alpha: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.rule not in UPDATE_RULES:
+            raise ConfigError(f"unknown update rule {self.rule!r}", where="update.rule", fix=f"use one of {UPDATE_RULES}")
+        if not 0.0 < self.nullspace_threshold < 1.0:
+            raise ConfigError(f"nullspace_threshold={self.nullspace_threshold} out of (0, 1)",
+                              where="update.nullspace_threshold", fix="e.g. 1e-2 (relative to C's largest eigenvalue)")
+        if not self.alpha > 0:
+            raise ConfigError(f"alpha={self.alpha} must be > 0", where="update.alpha", fix="e.g. 1.0")
+
+
 @dataclass(frozen=True)
 class ROMEConfig:
     """Backprop ROME: Adam on the value delta, then the rank-one update."""
@@ -55,10 +87,11 @@ class ROMEConfig:
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4  # relative ridge added to C before solving (numerical safety)
     prefix_reuse: bool = False  # True: backprop through the forward-only method's prefix graph
-    verify_write: bool = True  # the verdict is the edited model's (methods.verify), not the search's
                                 # (layers > l from the subject on, no weight gradients): rome-lean
+    verify_write: bool = True  # the verdict is the edited model's (methods.verify), not the search's
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
+    update: UpdateConfig = field(default_factory=lambda: UpdateConfig())
 
     def __post_init__(self) -> None:
         if self.layer < 0:

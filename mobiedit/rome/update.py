@@ -21,6 +21,37 @@ def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.
     return x.float()
 
 
+def null_space_projector(c: torch.Tensor, threshold: float) -> torch.Tensor:
+    """AlphaEdit's ``P = Û Ûᵀ``: Û the eigenvectors of the key second moment ``c`` whose eigenvalues
+    are at most ``threshold`` × the largest — the key directions natural text barely excites.
+    Returns ``P`` [d, d] (float32); at least one direction (the smallest) is always kept."""
+    lam, vecs = torch.linalg.eigh(c.double())
+    keep = lam <= threshold * lam.max()
+    if not bool(keep.any()):
+        keep[0] = True
+    u = vecs[:, keep]
+    return (u @ u.T).float()
+
+
+def null_space_direction(p: torch.Tensor, k_bar: torch.Tensor, prior_keys: list[torch.Tensor],
+                         alpha: float) -> torch.Tensor:
+    """AlphaEdit's solve for one key (unnormalised ``w``): ``(P (k̄k̄ᵀ + K_p K_pᵀ) + α I)⁻¹ P k̄`` with
+    ``α = alpha · ‖P k̄‖²``; ``prior_keys`` are the keys of the edits already applied (AlphaEdit's
+    ``cache_c``). Raises NumericalError when ``k̄`` has no component in the projected space."""
+    p64, k64 = p.double(), k_bar.double()
+    pk = p64 @ k64
+    scale = float(pk @ pk)
+    if not scale > 1e-8 * float(k64 @ k64):  # float32 keys: below this P k̄ is rounding noise
+        raise NumericalError("the subject's key has no component outside the protected key space",
+                             where="update.rule nullspace", fix="raise update.nullspace_threshold, or use rule 'rome'")
+    gram = torch.outer(k64, k64)
+    for kp in prior_keys:
+        kp64 = kp.double().to(k64)
+        gram += torch.outer(kp64, kp64)
+    m = p64 @ gram + alpha * scale * torch.eye(p64.shape[0], dtype=p64.dtype, device=p64.device)
+    return torch.linalg.solve(m, pk).float()
+
+
 def rank_one_factors(k_cur: torch.Tensor, out_cur: torch.Tensor, v_star: torch.Tensor,
                      c_inv_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(u [d_out], w [d_in]) such that (W + u wᵀ) k_cur = v* − bias-free part, i.e. the new

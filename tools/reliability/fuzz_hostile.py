@@ -83,6 +83,7 @@ def _mutate_tree(draw, obj: dict) -> str:
 def valid_manifest(folder: Path) -> dict:
     """A complete manifest that ``read_manifest`` + ``verify_files`` accept, with its one file."""
     from mobiedit.export.bundle import FORMAT_VERSION
+    from mobiedit.export.recipe import shipped_recipe
 
     blob = b"program bytes"
     (folder / "model.pte").write_bytes(blob)
@@ -101,7 +102,7 @@ def valid_manifest(folder: Path) -> dict:
             "edit": {"templates": ["{}", "A. {}"], "objective": {"kl_factor": 0.0625, "kl_prompt": "{} is a",
                                                                   "weight_decay": 0.5, "clamp_norm_factor": 4.0},
                      "mom2": True, "ridge": 1e-4, "weight_out_in": True},
-            "chat": None, "checks": {"export_seconds": 1.0},
+            "chat": None, "checks": {"export_seconds": 1.0}, "recipe": shipped_recipe(4).as_manifest(),
             "files": {"model.pte": {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}}
 
 
@@ -110,10 +111,12 @@ def _manifest_usable(m: dict) -> str | None:
     from mobiedit.export.generate import CacheShape
     from mobiedit.export.manifest_check import MAX_ELEMENTS
     from mobiedit.export.ops import edit_shapes_of
+    from mobiedit.export.recipe import recipe_of
     from mobiedit.rome.config import ObjectiveConfig
 
     try:
         edit_shapes_of(m)
+        recipe_of(m)
         ObjectiveConfig(**m["edit"]["objective"])
         d = m["dims"]
         shape = CacheShape(d["num_layers"], d["num_kv_heads"], m["shapes"]["max_seq_len"], d["head_dim"],

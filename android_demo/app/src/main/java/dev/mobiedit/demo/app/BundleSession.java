@@ -12,6 +12,7 @@ import dev.mobiedit.demo.core.JournalGuard;
 import dev.mobiedit.demo.core.Manifest;
 import dev.mobiedit.demo.core.ManifestReader;
 import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.core.Recipe;
 import java.io.File;
 import java.text.SimpleDateFormat;
 import java.util.Date;
@@ -125,10 +126,24 @@ public final class BundleSession {
         return chat != null;
     }
 
-    /** Search an edit (nothing recorded); null if cancelled. */
+    /**
+     * How this bundle's edits are searched and judged: the manifest's recipe (the shipped
+     * fallback for manifests exported without one).
+     */
+    public Recipe recipe() {
+        return manifest.recipe;
+    }
+
+    /**
+     * Search an edit (nothing recorded) with the bundle's {@link #recipe}: its search
+     * ({@link EditRunner#forBundle}) and success rule ({@link SuccessCriterion#of}); null if
+     * cancelled.
+     */
     public EditOutcome edit(EditRequest req, EditRunner.Listener listener, AtomicBoolean cancel)
             throws Exception {
         EditRunner runner = new EditRunner(tok, manifest, runtime.edit(), keys);
+        runner.setConfig(EditRunner.forBundle(manifest, manifest.dOut()));
+        runner.setSuccess(SuccessCriterion.of(manifest.recipe));
         float[][] slots = slots();
         EditRunner.Answerer answerer = new EditRunner.Answerer() {
             @Override

@@ -34,7 +34,8 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
      * counts exactly that many argmax targets in it (the count is a float32 sum of 0/1 terms,
      * hence exact; mobiedit.export.ops checks it the same way). {@code weightDecay}:
      * edit.objective.weight_decay; with {@code state.vInit} it gives the decay term the margin
-     * leaves out. {@code success}: the thresholds ({@link SuccessCriterion#defaults} if null).
+     * leaves out. {@code success}: the thresholds (the bundle recipe's, {@link EditRunner};
+     * {@link SuccessCriterion#shippedFallback} if null).
      */
     public EditObjective(EditPrograms programs, PrefixState state, int d, float scale,
             int nRewrite, int targetLen, double weightDecay, SuccessCriterion success,
@@ -47,7 +48,7 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
         this.targetLen = targetLen;
         this.weightDecay = weightDecay;
         this.vInit = state.vInit;
-        this.success = success != null ? success : SuccessCriterion.defaults();
+        this.success = success != null ? success : SuccessCriterion.shippedFallback();
         this.cancel = cancel;
         int b = programs.batchRows();
         deltas = new float[b * d];

@@ -40,7 +40,7 @@ public final class EditRunner {
     private final EditPrograms programs;
     private final KeyStats keys;
     private EngineConfig config;
-    private SuccessCriterion success = SuccessCriterion.defaults();
+    private SuccessCriterion success;
 
     public EditRunner(ByteLevelBpe tok, Manifest manifest, EditPrograms programs, KeyStats keys) {
         this.tok = tok;
@@ -49,19 +49,23 @@ public final class EditRunner {
         this.keys = keys;
     }
 
-    /** Override the loop settings (default: {@link EngineConfig#mobiEditDefaults}). */
+    /** Override the loop settings (null, the default: the manifest's recipe, {@link #forBundle}). */
     public void setConfig(EngineConfig c) {
         config = c;
     }
 
     /**
-     * Override the success check's thresholds (default: {@link SuccessCriterion#defaults},
-     * success_fraction {@value SuccessCriterion#DEFAULT_FRACTION}, success_nll
-     * {@value SuccessCriterion#DEFAULT_NLL}, as mobiedit_edit / edit_bundle). They decide the
-     * early stop and whether the outcome counts as succeeded.
+     * Override the success check's thresholds (null, the default: the manifest's
+     * {@code recipe.success}, {@link SuccessCriterion#of}, as edit_bundle). They decide the early
+     * stop and whether the outcome counts as succeeded.
      */
     public void setSuccess(SuccessCriterion s) {
-        success = s != null ? s : SuccessCriterion.defaults();
+        success = s;
+    }
+
+    /** The success rule a run uses: the override, else the manifest recipe's. */
+    public SuccessCriterion success() {
+        return success != null ? success : SuccessCriterion.of(manifest.recipe);
     }
 
     /**
@@ -87,9 +91,10 @@ public final class EditRunner {
             throw new MobiEditError("||v_init|| is 0 or not finite", "prefix program output",
                 "re-export the bundle (the prefix program returned a zero value vector)");
         }
+        SuccessCriterion rule = success();
         EditObjective obj = new EditObjective(programs, st, d, scale, batch.nRewrite,
-            batch.targetLen, objective.weightDecay, success, cancel);
-        EngineConfig cfg = config != null ? config : defaults(manifest, d);
+            batch.targetLen, objective.weightDecay, rule, cancel);
+        EngineConfig cfg = config != null ? config : forBundle(manifest, d);
         NativeEngine engine = new NativeEngine();
         try {
             engine.configure(cfg, d);
@@ -109,22 +114,19 @@ public final class EditRunner {
             }
             float[][] f = factors(st, delta);
             return new EditOutcome(req, status, ok, engine.steps(), obj.evals(), engine.history(),
-                delta, f[0], f[1], System.currentTimeMillis() - t0, cfg, success);
+                delta, f[0], f[1], System.currentTimeMillis() - t0, cfg, rule);
         } finally {
             engine.close();
         }
     }
 
     /**
-     * MobiEdit's search for this bundle, as mobiedit.export.ops does it: FZOO with
-     * edit_K - 1 directions (one program call per step) and ||z|| clamped to
-     * edit.objective.clamp_norm_factor * sqrt(d).
+     * The search of this bundle, as mobiedit.export.ops does it: the manifest's recipe (as
+     * exported: FZOO with edit_K - 1 directions, one program call per step; the shipped fallback
+     * for manifests without one) with ||z|| clamped to edit.objective.clamp_norm_factor * sqrt(d).
      */
-    static EngineConfig defaults(Manifest m, int d) {
-        EngineConfig c = EngineConfig.mobiEditDefaults(d);
-        c.nDirs = Math.max(1, m.shapes.editK - 1);
-        c.maxNorm = m.edit.objective.clampNormFactor * Math.sqrt(d);
-        return c;
+    public static EngineConfig forBundle(Manifest m, int d) {
+        return EngineConfig.fromRecipe(m.recipe, m.edit.objective.clampNormFactor * Math.sqrt(d));
     }
 
     /** Step until done; null when cancelled. */

@@ -1,6 +1,7 @@
 package dev.mobiedit.demo.app;
 
 import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.core.Recipe;
 
 /**
  * When an edit counts as succeeded: the early stop of the search ({@code SUCCESS_CHECK}) and the
@@ -12,22 +13,18 @@ import dev.mobiedit.demo.core.MobiEditError;
  *   <li>row 0 (the plain rewrite prompt) is fully correct: the edit program's
  *       {@code correct[0] == target_len} (every target token is the teacher-forced argmax);</li>
  *   <li>the share of fully-correct rows among all n_rewrite rewrite rows (row 0 plus the
- *       context-templated ones) is at least {@link #fraction} (default
- *       {@value #DEFAULT_FRACTION});</li>
- *   <li>loss(x) - decay(x) &lt;= {@link #nll} (default {@value #DEFAULT_NLL}), where loss(x) is
+ *       context-templated ones) is at least {@link #fraction};</li>
+ *   <li>loss(x) - decay(x) &lt;= {@link #nll}, where loss(x) is
  *       the edit program's loss at delta and decay(x) = edit.objective.weight_decay * ||delta|| /
  *       ||v_init||^2 (v_init = the prefix program's values[0]): the objective without its decay
  *       term, i.e. the mean target NLL per token plus the KL term, is at most this margin.</li>
  * </ol>
- * The two thresholds are the app's settings for the check ({@link EditRunner#setSuccess}); they
- * are recorded in the journal's "config" as {@code success_fraction} / {@code success_nll}, as
- * the Python bundle path records them.
+ * The two thresholds come from the bundle's manifest ({@code recipe.success}, {@link #of}; the
+ * shipped 0.75 / 0.5 for manifests without a recipe); {@link EditRunner#setSuccess} overrides
+ * them. They are recorded in the journal's "config" as {@code success_fraction} /
+ * {@code success_nll}, as the Python bundle path records them.
  */
 public final class SuccessCriterion {
-    /** Python's {@code success_fraction} default (plain prompt + 3/4 of all rewrite rows). */
-    public static final double DEFAULT_FRACTION = 0.75;
-    /** Python's {@code success_nll} default (geometric-mean P(target) &gt;= ~0.6). */
-    public static final double DEFAULT_NLL = 0.5;
 
     /** Minimum share of fully-correct rewrite rows, in [0, 1]. */
     public final double fraction;
@@ -48,9 +45,17 @@ public final class SuccessCriterion {
         this.nll = nll;
     }
 
-    /** The defaults (0.75, 0.5), those of mobiedit_edit and edit_bundle. */
-    public static SuccessCriterion defaults() {
-        return new SuccessCriterion(DEFAULT_FRACTION, DEFAULT_NLL);
+    /** The rule of a bundle's recipe ({@code recipe.success}: fraction, nll). */
+    public static SuccessCriterion of(Recipe recipe) {
+        return new SuccessCriterion(recipe.successFraction, recipe.successNll);
+    }
+
+    /**
+     * The shipped rule (success_fraction 0.75, success_nll 0.5: MobiEditConfig's), for callers
+     * without a manifest recipe ({@link Recipe#FALLBACK_SUCCESS_FRACTION} / NLL).
+     */
+    public static SuccessCriterion shippedFallback() {
+        return new SuccessCriterion(Recipe.FALLBACK_SUCCESS_FRACTION, Recipe.FALLBACK_SUCCESS_NLL);
     }
 
     /**

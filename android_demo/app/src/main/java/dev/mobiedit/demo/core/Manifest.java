@@ -182,12 +182,17 @@ public final class Manifest {
     public final String chatTemplateFile;
     /** Chat answers go through the template by default ("chat.default"; the model profile's). */
     public final boolean chatDefault;
+    /**
+     * How edits are searched and judged ("recipe"); never null: manifests without one get
+     * {@link Recipe#shippedFallback} ({@link Recipe#fromManifest} false).
+     */
+    public final Recipe recipe;
 
     Manifest(int formatVersion, String createdBy, String runtime, String modelFamily,
             String quantization, String editQuantization, int editLayer, String editModule,
             Dims dims, Shapes shapes, int slots, int bos, int eos, int pad,
             Map<String, Program> programs, EditSetup edit, Map<String, FileEntry> files,
-            String chatTemplateFile, boolean chatDefault) {
+            String chatTemplateFile, boolean chatDefault, Recipe recipe) {
         this.formatVersion = formatVersion;
         this.createdBy = createdBy;
         this.runtime = runtime;
@@ -207,6 +212,7 @@ public final class Manifest {
         this.files = Collections.unmodifiableMap(files);
         this.chatTemplateFile = chatTemplateFile;
         this.chatDefault = chatTemplateFile != null && chatDefault;
+        this.recipe = recipe;
     }
 
     /** Length of the value delta = output size of the edited module (dims.d_out). */

@@ -19,7 +19,8 @@ import java.util.Set;
  * ({@code edit_tokens = edit_prefix + edit_suffix}); special tokens null or inside the
  * vocabulary; {@code edit_layer < num_layers}; the four programs present, each with its file
  * listed in {@code files}, a method (ExecuTorch) and its input / output names; file names without
- * a path separator or a leading dot; the edit setup (templates, objective) usable.
+ * a path separator or a leading dot; the edit setup (templates, objective) usable; the edit
+ * recipe ({@link RecipeReader}; absent: the shipped fallback).
  * Every size is bounded like export/manifest_check.py ({@link #MAX_WIDTH} ... {@link #MAX_ELEMENTS}
  * elements for any one buffer sized from the manifest), so a hostile manifest cannot make the
  * app allocate without bound.
@@ -136,7 +137,7 @@ public final class ManifestReader {
         }
         return new Manifest(version, createdBy, runtime, family, quant, editQuant, layer,
             stringField(o, "edit_module"), dims, shapes, slots, bos, eos, pad, programs, edit,
-            files, chatFile, chatDefault);
+            files, chatFile, chatDefault, RecipeReader.read(o, dims, shapes));
     }
 
     /** Check every "files" entry: present, size equal to "bytes", sha256 equal. */

@@ -1,10 +1,13 @@
 package dev.mobiedit.demo.jni;
 
+import dev.mobiedit.demo.core.Recipe;
+
 /**
  * Every knob of the ZO loop (mirror of {@code mobiedit_config_t}; semantics in
  * docs/zo_spec.md). {@link #defaults()} asks the engine for its defaults;
- * {@link #mobiEditDefaults(int)} gives the MobiEdit method's settings (mobiedit/methods/zo_edit.py).
- * Validation is the engine's: {@link NativeEngine#configure} throws naming the field.
+ * {@link #fromRecipe} gives a bundle's search: its manifest's recipe (the shipped method's
+ * settings as export/recipe.py wrote them; {@link Recipe#shippedFallback} for manifests without
+ * one). Validation is the engine's: {@link NativeEngine#configure} throws naming the field.
  */
 public final class EngineConfig {
     public static final int EST_PAPER = 0;
@@ -65,25 +68,31 @@ public final class EngineConfig {
     }
 
     /**
-     * MobiEdit's search settings for a delta of length {@code d} in normalised units
-     * (z = delta / s, s = ||v_init|| / sqrt(d)): FZOO with 16 Rademacher directions (K = 17),
-     * h 0.05, Adam lr 0.5, at most 150 steps / 3000 loss evaluations, check every step, clamp
-     * ||z|| to clamp_norm_factor (4) * sqrt(d).
+     * The search of {@code recipe} (manifest "recipe", every ZOConfig field) with ||z|| clamped to
+     * {@code maxNorm} (the bundle's edit.objective.clamp_norm_factor * sqrt(d)); needs no native
+     * library. The recipe was validated when the manifest was read.
      */
-    public static EngineConfig mobiEditDefaults(int d) {
-        EngineConfig c = defaults();
-        c.estimator = EST_FZOO;
-        c.nDirs = 16;
-        c.h = 0.05;
-        c.optimizer = OPT_ADAM;
-        c.lr = 0.5;
-        c.maxSteps = 150;
-        c.maxEvals = 3000;
-        c.checkEvery = 1;
-        c.lossTol = 0.0;
-        c.patience = 0;
-        c.seed = 0;
-        c.maxNorm = 4.0 * Math.sqrt(d);
+    public static EngineConfig fromRecipe(Recipe recipe, double maxNorm) {
+        EngineConfig c = new EngineConfig();
+        c.estimator = Recipe.code(Recipe.ESTIMATORS, recipe.estimator);
+        c.nDirs = recipe.nDirs;
+        c.h = recipe.h;
+        c.optimizer = Recipe.code(Recipe.OPTIMIZERS, recipe.optimizer);
+        c.lr = recipe.lr;
+        c.lrMin = recipe.lrMin;
+        c.lrSchedule = Recipe.code(Recipe.SCHEDULES, recipe.lrSchedule);
+        c.momentum = recipe.momentum;
+        c.beta1 = recipe.beta1;
+        c.beta2 = recipe.beta2;
+        c.adamEps = recipe.adamEps;
+        c.maxNorm = maxNorm;
+        c.maxSteps = recipe.maxSteps;
+        c.maxEvals = recipe.maxEvals;
+        c.checkEvery = recipe.checkEvery;
+        c.lossTol = recipe.lossTol;
+        c.patience = recipe.patience;
+        c.minRelImprove = recipe.minRelImprove;
+        c.seed = recipe.seed;
         return c;
     }
 

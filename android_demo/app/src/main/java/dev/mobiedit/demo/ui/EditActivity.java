@@ -16,6 +16,7 @@ import dev.mobiedit.demo.core.EditRequest;
 import dev.mobiedit.demo.core.EditStateMachine;
 import dev.mobiedit.demo.core.EditStateMachine.Phase;
 import dev.mobiedit.demo.core.JournalEntry;
+import dev.mobiedit.demo.core.Recipe;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -24,7 +25,6 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * the before / after answers. All state lives in {@link EditStateMachine} (survives rotation).
  */
 public final class EditActivity extends Activity implements EditStateMachine.Listener {
-    private static final int MAX_STEPS_SHOWN = 150;
     private EditText subject;
     private EditText prompt;
     private EditText answer;
@@ -52,7 +52,7 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
         before = (TextView) findViewById(R.id.before);
         after = (TextView) findViewById(R.id.after);
         progress = (ProgressBar) findViewById(R.id.progress);
-        progress.setMax(MAX_STEPS_SHOWN);
+        progress.setMax(stepsShown());
         edit.setOnClickListener(new View.OnClickListener() {
             @Override
             public void onClick(View v) {
@@ -94,6 +94,13 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
         super.onPause();
     }
 
+    /** The progress bar's range: max_steps of the loaded bundle's recipe. */
+    private int stepsShown() {
+        BundleSession s = DemoApp.of(this).session();
+        long n = s != null ? s.recipe().maxSteps : Recipe.shippedFallback(1).maxSteps;
+        return (int) Math.min(n, Integer.MAX_VALUE);
+    }
+
     private EditStateMachine machine() {
         return DemoApp.of(this).editState();
     }
@@ -104,6 +111,7 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
             statusLine.setText(R.string.no_bundle);
             return;
         }
+        progress.setMax(stepsShown());
         final EditRequest req = machine().submit(subject.getText().toString(),
             prompt.getText().toString(), answer.getText().toString());
         if (req == null) {
@@ -190,7 +198,7 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
         cancel.setEnabled(m.canCancel());
         apply.setEnabled(m.canApply());
         discard.setEnabled(m.canApply());
-        progress.setProgress((int) Math.min(m.step(), MAX_STEPS_SHOWN));
+        progress.setProgress((int) Math.min(m.step(), progress.getMax()));
         progress.setVisibility(m.phase() == Phase.IDLE ? View.INVISIBLE : View.VISIBLE);
         EditRequest r = m.request();
         String p = r == null ? "" : r.rewritePrompt();

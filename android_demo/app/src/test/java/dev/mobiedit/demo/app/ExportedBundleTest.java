@@ -17,6 +17,7 @@ import dev.mobiedit.demo.core.Json;
 import dev.mobiedit.demo.core.LanguageModel;
 import dev.mobiedit.demo.core.Manifest;
 import dev.mobiedit.demo.core.ManifestReader;
+import dev.mobiedit.demo.core.Recipe;
 import dev.mobiedit.demo.core.Sha256;
 import dev.mobiedit.demo.jni.Jni;
 import java.io.File;
@@ -205,6 +206,11 @@ class ExportedBundleTest {
             new ArrayList<>(m.files.keySet()));
         assertTrue(Journal.open(new File(dir, "journal")).entries().isEmpty());
         KeyStats.open(dir, m.dIn(), m.dOut());
+        // the exporter writes the shipped recipe, n_dirs fitted to edit_K (5 - 1): the same
+        // values the app falls back to for manifests without a recipe
+        assertTrue(m.recipe.fromManifest);
+        assertEquals(4, m.recipe.nDirs);
+        RecipeTest.assertSameRecipe(Recipe.shippedFallback(m.shapes.editK), m.recipe);
     }
 
     @Test

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.mobiedit.demo.core.EditPack;
 import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.core.Recipe;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -81,9 +82,9 @@ class SuccessCriterionTest {
 
     @Test
     void defaultsAreThoseOfThePythonSide() {
-        SuccessCriterion s = SuccessCriterion.defaults();
-        assertEquals(0.75, SuccessCriterion.DEFAULT_FRACTION);
-        assertEquals(0.5, SuccessCriterion.DEFAULT_NLL);
+        SuccessCriterion s = SuccessCriterion.shippedFallback();
+        assertEquals(0.75, Recipe.FALLBACK_SUCCESS_FRACTION);
+        assertEquals(0.5, Recipe.FALLBACK_SUCCESS_NLL);
         assertEquals(0.75, s.fraction);
         assertEquals(0.5, s.nll);
     }
@@ -151,7 +152,7 @@ class SuccessCriterionTest {
 
     @Test
     void pureRuleOnAnOffsetRow() {
-        SuccessCriterion s = SuccessCriterion.defaults();
+        SuccessCriterion s = SuccessCriterion.shippedFallback();
         float[] c = {0, 0, 0, 3, 3, 3, 2};  // row of interest at offset 3: 3 of 4 full, row 0 full
         assertTrue(s.holds(c, 3, 4, 3, 0.5, 0.0));
         assertFalse(s.holds(c, 3, 4, 3, 0.5 + 1e-6, 0.0));

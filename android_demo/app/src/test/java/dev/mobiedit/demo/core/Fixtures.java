@@ -87,8 +87,21 @@ public final class Fixtures {
             map("kl_factor", 0.0625, "kl_prompt", "{} is a", "weight_decay", 0.5,
                 "clamp_norm_factor", 4.0), "mom2", true, "ridge", 1e-4, "weight_out_in", true));
         m.put("checks", map("export_seconds", 1.5, "capture_seconds", 0.5));
+        m.put("recipe", recipeMap(16L));
         m.put("files", new LinkedHashMap<String, Object>());
         return m;
+    }
+
+    /**
+     * The recipe as export/recipe.py writes it (the shipped MobiEditConfig() with FZOO's
+     * {@code nDirs} = edit_K - 1; the manifest map's edit_K 17 gives 16).
+     */
+    public static Map<String, Object> recipeMap(long nDirs) {
+        Map<String, Object> zo = map("estimator", "fzoo", "n_dirs", nDirs, "h", 0.05, "optimizer",
+            "adam", "lr", 0.5, "lr_min", 0.0, "lr_schedule", "constant", "momentum", 0.0, "beta1", 0.9,
+            "beta2", 0.999, "adam_eps", 1e-8, "max_steps", 150L, "max_evals", 3000L, "check_every", 1L,
+            "loss_tol", 0.0, "patience", 0L, "min_rel_improve", 0.0, "seed", 0L);
+        return map("zo", zo, "success", map("fraction", 0.75, "nll", 0.5));
     }
 
     /** A feed with a [1, 1] int64 tensor under each of {@code names}. */

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.mobiedit.demo.core.Recipe;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
@@ -73,9 +74,22 @@ class NativeEngineTest {
         assertEquals(1e-3, c.h);
         assertEquals(EngineConfig.OPT_ADAM, c.optimizer);
         assertEquals(15, c.rows());
-        EngineConfig m = EngineConfig.mobiEditDefaults(128);
+        EngineConfig m = EngineConfig.fromRecipe(Recipe.shippedFallback(17), 4 * Math.sqrt(128));
         assertEquals(17, m.rows());
+        assertEquals(EngineConfig.EST_FZOO, m.estimator);
+        assertEquals(EngineConfig.OPT_ADAM, m.optimizer);
+        assertEquals(EngineConfig.LR_CONSTANT, m.lrSchedule);
         assertEquals(4 * Math.sqrt(128), m.maxNorm, 1e-12);
+        // the recipe's remaining fields are ZOConfig's defaults, i.e. the engine's
+        assertEquals(c.beta1, m.beta1);
+        assertEquals(c.beta2, m.beta2);
+        assertEquals(c.adamEps, m.adamEps);
+        assertEquals(c.lrMin, m.lrMin);
+        assertEquals(c.minRelImprove, m.minRelImprove);
+        try (NativeEngine e = new NativeEngine()) {
+            e.configure(m, 128);  // the engine accepts it
+            assertEquals(17, e.rows());
+        }
     }
 
     @Test

@@ -1,0 +1,118 @@
+package dev.mobiedit.demo.core;
+
+/**
+ * How this bundle's edits are searched and judged: the manifest's {@code recipe}
+ * (docs/bundle_format.md; written by export/recipe.py from the shipped method,
+ * {@code mobiedit.methods.zo_edit.MobiEditConfig()}). {@code zo}: every field of
+ * {@code mobiedit.zo.ZOConfig} but {@code max_norm} (the app clamps ||z|| to
+ * edit.objective.clamp_norm_factor * sqrt(d)); {@code success}: the success rule's thresholds.
+ * Read and validated by {@link RecipeReader} (as Python's ZOConfig validates); turned into the
+ * engine's settings by {@code jni.EngineConfig.fromRecipe} and into the success check by
+ * {@code app.SuccessCriterion.of}. Immutable.
+ */
+public final class Recipe {
+    /** Names the manifest uses; the index is the engine's code (mobiedit_config_t). */
+    public static final String[] ESTIMATORS = {"paper", "fzoo", "antithetic"};
+    public static final String[] OPTIMIZERS = {"sgd", "adam"};
+    public static final String[] SCHEDULES = {"constant", "cosine"};
+    /** The shipped success rule, used only for manifests without a recipe. */
+    public static final double FALLBACK_SUCCESS_FRACTION = 0.75;
+    public static final double FALLBACK_SUCCESS_NLL = 0.5;
+
+    public final String estimator;
+    public final int nDirs;
+    public final double h;
+    public final String optimizer;
+    public final double lr;
+    public final double lrMin;
+    public final String lrSchedule;
+    public final double momentum;
+    public final double beta1;
+    public final double beta2;
+    public final double adamEps;
+    public final long maxSteps;
+    public final long maxEvals;
+    public final long checkEvery;
+    public final double lossTol;
+    public final long patience;
+    public final double minRelImprove;
+    public final long seed;
+    /** Minimum share of fully correct rewrite rows ({@code success.fraction}). */
+    public final double successFraction;
+    /** Maximum loss minus its decay term ({@code success.nll}). */
+    public final double successNll;
+    /** False: the manifest had no recipe, this is {@link #shippedFallback}. */
+    public final boolean fromManifest;
+
+    Recipe(String estimator, int nDirs, double h, String optimizer, double lr, double lrMin,
+            String lrSchedule, double momentum, double beta1, double beta2, double adamEps,
+            long maxSteps, long maxEvals, long checkEvery, double lossTol, long patience,
+            double minRelImprove, long seed, double successFraction, double successNll,
+            boolean fromManifest) {
+        this.estimator = estimator;
+        this.nDirs = nDirs;
+        this.h = h;
+        this.optimizer = optimizer;
+        this.lr = lr;
+        this.lrMin = lrMin;
+        this.lrSchedule = lrSchedule;
+        this.momentum = momentum;
+        this.beta1 = beta1;
+        this.beta2 = beta2;
+        this.adamEps = adamEps;
+        this.maxSteps = maxSteps;
+        this.maxEvals = maxEvals;
+        this.checkEvery = checkEvery;
+        this.lossTol = lossTol;
+        this.patience = patience;
+        this.minRelImprove = minRelImprove;
+        this.seed = seed;
+        this.successFraction = successFraction;
+        this.successNll = successNll;
+        this.fromManifest = fromManifest;
+    }
+
+    /**
+     * The shipped recipe, hard-coded here ONLY for manifests without {@code recipe} (bundles
+     * exported before the exporter wrote it; same format_version 1): MobiEditConfig()'s FZOO
+     * search with {@code edit_K - 1} directions (one program call per step), h 0.05, Adam lr 0.5,
+     * at most 150 steps / 3000 loss evaluations, a check every step, ZOConfig's defaults for the
+     * rest; success fraction 0.75, nll 0.5. A manifest's recipe always wins.
+     */
+    public static Recipe shippedFallback(int editK) {
+        return new Recipe("fzoo", Math.max(1, editK - 1), 0.05, "adam", 0.5, 0.0, "constant", 0.0,
+            0.9, 0.999, 1e-8, 150, 3000, 1, 0.0, 0, 0.0, 0, FALLBACK_SUCCESS_FRACTION,
+            FALLBACK_SUCCESS_NLL, false);
+    }
+
+    /** Rows per step K of {@code estimator} with {@code nDirs} directions. */
+    public static long rows(String estimator, long nDirs) {
+        if ("paper".equals(estimator)) {
+            return 3 * nDirs;
+        }
+        return "fzoo".equals(estimator) ? nDirs + 1 : 2 * nDirs;
+    }
+
+    /** Rows per forward batch (K) of this recipe: paper 3n, fzoo n+1, antithetic 2n. */
+    public int rows() {
+        return (int) rows(estimator, nDirs);
+    }
+
+    /** The engine code of a name ({@link #ESTIMATORS}, {@link #OPTIMIZERS}, {@link #SCHEDULES}). */
+    public static int code(String[] names, String name) {
+        for (int i = 0; i < names.length; i++) {
+            if (names[i].equals(name)) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    @Override
+    public String toString() {
+        return (fromManifest ? "manifest" : "shipped fallback") + " recipe: " + estimator + " n_dirs="
+            + nDirs + " h=" + h + " " + optimizer + " lr=" + lr + " max_steps=" + maxSteps
+            + " max_evals=" + maxEvals + " seed=" + seed + ", success_fraction=" + successFraction
+            + ", success_nll=" + successNll;
+    }
+}

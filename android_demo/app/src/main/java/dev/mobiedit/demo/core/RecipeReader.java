@@ -1,0 +1,140 @@
+package dev.mobiedit.demo.core;
+
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Reads and validates the manifest's {@code recipe} for {@link ManifestReader} (the rules of
+ * export/recipe.py check_recipe and export/manifest_check.py): exactly the fields {@code zo}
+ * (every ZOConfig field but max_norm) and {@code success} ({@code fraction}, {@code nll}), each of
+ * its type and within ZOConfig's ranges, a seed that fits a long, and a search buffer (K * d_out
+ * floats) within {@link ManifestReader#MAX_ELEMENTS}. A manifest without {@code recipe} (exported
+ * before it was written) gets {@link Recipe#shippedFallback}. Every error names the field
+ * {@code recipe.…} and the fix.
+ */
+final class RecipeReader {
+    /** The recipe's zo fields, as export/recipe.py ZO_FIELDS. */
+    static final List<String> ZO_FIELDS = Arrays.asList("estimator", "n_dirs", "h", "optimizer",
+        "lr", "lr_min", "lr_schedule", "momentum", "beta1", "beta2", "adam_eps", "max_steps",
+        "max_evals", "check_every", "loss_tol", "patience", "min_rel_improve", "seed");
+    static final List<String> SUCCESS_FIELDS = Arrays.asList("fraction", "nll");
+    private static final String FIX =
+        "re-export the bundle with mobiedit export (it writes the shipped recipe)";
+    private static final long INT32_MAX = Integer.MAX_VALUE;
+
+    private RecipeReader() {
+    }
+
+    /** The manifest's recipe, or the shipped fallback when {@code o} has no "recipe". */
+    static Recipe read(Map<String, Object> o, Manifest.Dims dims, Manifest.Shapes shapes) {
+        if (!o.containsKey("recipe")) {
+            return Recipe.shippedFallback(shapes.editK);
+        }
+        Map<String, Object> r = section(o.get("recipe"), "recipe", Arrays.asList("zo", "success"));
+        Map<String, Object> z = section(r.get("zo"), "recipe.zo", ZO_FIELDS);
+        String estimator = choice(z, "estimator", Recipe.ESTIMATORS);
+        long nDirs = integer(z, "n_dirs", 1, 1 << 20);
+        double h = real(z, "h", 0, true, Double.POSITIVE_INFINITY, true);
+        String optimizer = choice(z, "optimizer", Recipe.OPTIMIZERS);
+        double lr = real(z, "lr", 0, true, Double.POSITIVE_INFINITY, true);
+        double lrMin = real(z, "lr_min", 0, false, lr, false);
+        String schedule = choice(z, "lr_schedule", Recipe.SCHEDULES);
+        double momentum = real(z, "momentum", 0, false, 1, true);
+        double beta1 = real(z, "beta1", 0, false, 1, true);
+        double beta2 = real(z, "beta2", 0, false, 1, true);
+        double adamEps = real(z, "adam_eps", 0, true, Double.POSITIVE_INFINITY, true);
+        long maxSteps = integer(z, "max_steps", 1, INT32_MAX);
+        long rows = Recipe.rows(estimator, nDirs);
+        long maxEvals = integer(z, "max_evals", rows, Long.MAX_VALUE);
+        long checkEvery = integer(z, "check_every", 1, INT32_MAX);
+        double lossTol = real(z, "loss_tol", 0, false, Double.POSITIVE_INFINITY, true);
+        long patience = integer(z, "patience", 0, INT32_MAX);
+        double minRel = real(z, "min_rel_improve", 0, false, 1, true);
+        long seed = integer(z, "seed", 0, Long.MAX_VALUE);
+        if (rows * dims.dOut > ManifestReader.MAX_ELEMENTS) {
+            throw err("recipe.zo.n_dirs", "implies a buffer of " + rows + " x " + dims.dOut
+                + " elements (limit " + ManifestReader.MAX_ELEMENTS + ")", "use fewer directions");
+        }
+        Map<String, Object> s = section(r.get("success"), "recipe.success", SUCCESS_FIELDS);
+        double fraction = real(s, "fraction", "recipe.success.fraction", 0, false, 1, false);
+        double nll = real(s, "nll", "recipe.success.nll", 0, true, Double.POSITIVE_INFINITY, true);
+        return new Recipe(estimator, (int) nDirs, h, optimizer, lr, lrMin, schedule, momentum,
+            beta1, beta2, adamEps, maxSteps, maxEvals, checkEvery, lossTol, patience, minRel, seed,
+            fraction, nll, true);
+    }
+
+    /** {@code v} as an object with exactly the keys {@code names}. */
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> section(Object v, String field, List<String> names) {
+        if (!(v instanceof Map)) {
+            throw err(field, v == null ? "is missing or null" : "must be an object, got "
+                + Json.typeName(v), FIX);
+        }
+        Map<String, Object> m = (Map<String, Object>) v;
+        for (String k : m.keySet()) {
+            if (!names.contains(k)) {
+                String key = k.length() > 40 ? k.substring(0, 40) : k;
+                throw err(field + "." + key, "unknown field", "use only " + names
+                    + " (or update the app if a newer exporter wrote it)");
+            }
+        }
+        for (String k : names) {
+            if (!m.containsKey(k)) {
+                throw err(field + "." + k, "is missing", FIX);
+            }
+        }
+        return m;
+    }
+
+    private static String choice(Map<String, Object> z, String key, String[] names) {
+        Object v = z.get(key);
+        if (!(v instanceof String) || Recipe.code(names, (String) v) < 0) {
+            String got = v == null ? "missing or null" : Json.writeCompact(v);
+            got = got.length() > 60 ? got.substring(0, 60) + "..." : got;
+            throw err("recipe.zo." + key, "is " + got, "use one of "
+                + Arrays.toString(names));
+        }
+        return (String) v;
+    }
+
+    private static long integer(Map<String, Object> z, String key, long lo, long hi) {
+        String field = "recipe.zo." + key;
+        Object v = z.get(key);
+        if (!(v instanceof Long)) {
+            throw err(field, "must be an integer, got " + Json.typeName(v), "set " + key
+                + " to an integer in [" + lo + ", " + hi + "]");
+        }
+        long x = (Long) v;
+        if (x < lo || x > hi) {
+            throw err(field, "is " + x + ", outside [" + lo + ", " + hi + "]", "set " + key
+                + " within [" + lo + ", " + hi + "]");
+        }
+        return x;
+    }
+
+    private static double real(Map<String, Object> z, String key, double lo, boolean loOpen,
+            double hi, boolean hiOpen) {
+        return real(z, key, "recipe.zo." + key, lo, loOpen, hi, hiOpen);
+    }
+
+    private static double real(Map<String, Object> o, String key, String field, double lo,
+            boolean loOpen, double hi, boolean hiOpen) {
+        Object v = o.get(key);
+        if (!(v instanceof Long || v instanceof Double)) {
+            throw err(field, "must be a number, got " + Json.typeName(v), "set it to a finite number");
+        }
+        double x = ((Number) v).doubleValue();
+        boolean bad = Double.isNaN(x) || Double.isInfinite(x) || (loOpen ? x <= lo : x < lo)
+            || (hiOpen ? x >= hi : x > hi);
+        if (bad) {
+            String range = (loOpen ? "(" : "[") + lo + ", " + hi + (hiOpen ? ")" : "]");
+            throw err(field, "is " + x + ", outside " + range, "set it within " + range);
+        }
+        return x;
+    }
+
+    private static MobiEditError err(String field, String msg, String fix) {
+        return new MobiEditError(msg, "manifest.json, field '" + field + "'", fix);
+    }
+}

@@ -1,0 +1,191 @@
+package dev.mobiedit.demo.app;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.mobiedit.demo.core.EditRequest;
+import dev.mobiedit.demo.core.Fixtures;
+import dev.mobiedit.demo.core.Json;
+import dev.mobiedit.demo.core.Manifest;
+import dev.mobiedit.demo.core.ManifestReader;
+import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.core.Recipe;
+import dev.mobiedit.demo.jni.EngineConfig;
+import dev.mobiedit.demo.jni.Jni;
+import java.io.File;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Map;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The edit recipe comes from the manifest ("recipe", written by export/recipe.py): the app
+ * searches and judges with it, falls back to the shipped recipe when a manifest has none, and
+ * refuses a malformed one with the field named.
+ */
+class RecipeTest {
+    @BeforeAll
+    static void lib() {
+        Jni.require();
+    }
+
+    @SuppressWarnings("unchecked")
+    static Map<String, Object> zo(Map<String, Object> m) {
+        return (Map<String, Object>) ((Map<String, Object>) m.get("recipe")).get("zo");
+    }
+
+    @SuppressWarnings("unchecked")
+    static Map<String, Object> success(Map<String, Object> m) {
+        return (Map<String, Object>) ((Map<String, Object>) m.get("recipe")).get("success");
+    }
+
+    /** The manifest map with a non-default recipe: lr 0.3, 8 directions, 5 steps, fraction 0.5. */
+    static Map<String, Object> custom() {
+        Map<String, Object> m = Fixtures.manifestMap();
+        zo(m).put("lr", 0.3);
+        zo(m).put("n_dirs", 8L);
+        zo(m).put("max_steps", 5L);
+        zo(m).put("seed", 9L);
+        success(m).put("fraction", 0.5);
+        return m;
+    }
+
+    /** Parse {@code m} with its program file listed (files are checked before the recipe). */
+    @SuppressWarnings("unchecked")
+    static Manifest parse(Map<String, Object> m) {
+        ((Map<String, Object>) m.get("files")).put("model.pte", Fixtures.map("sha256",
+            String.join("", java.util.Collections.nCopies(64, "0")), "bytes", 1L));
+        return ManifestReader.parse(Json.write(m, true));
+    }
+
+    /** Every field of {@code got} equals {@code want}'s (fromManifest aside). */
+    static void assertSameRecipe(Recipe want, Recipe got) {
+        Object[][] pairs = {{want.estimator, got.estimator}, {want.nDirs, got.nDirs}, {want.h, got.h},
+            {want.optimizer, got.optimizer}, {want.lr, got.lr}, {want.lrMin, got.lrMin},
+            {want.lrSchedule, got.lrSchedule}, {want.momentum, got.momentum}, {want.beta1, got.beta1},
+            {want.beta2, got.beta2}, {want.adamEps, got.adamEps}, {want.maxSteps, got.maxSteps},
+            {want.maxEvals, got.maxEvals}, {want.checkEvery, got.checkEvery}, {want.lossTol, got.lossTol},
+            {want.patience, got.patience}, {want.minRelImprove, got.minRelImprove}, {want.seed, got.seed},
+            {want.successFraction, got.successFraction}, {want.successNll, got.successNll}};
+        for (int i = 0; i < pairs.length; i++) {
+            assertEquals(pairs[i][0], pairs[i][1], "field " + i + " of " + got);
+        }
+    }
+
+    @Test
+    void theAppSearchesAndJudgesWithTheManifestsRecipe(@TempDir Path tmp) throws Exception {
+        Manifest m = parse(custom());
+        Recipe r = m.recipe;
+        assertTrue(r.fromManifest);
+        assertEquals(0.3, r.lr);
+        assertEquals(8, r.nDirs);
+        assertEquals(0.5, r.successFraction);
+        EngineConfig c = EditRunner.forBundle(m, m.dOut());
+        assertEquals(0.3, c.lr);
+        assertEquals(8, c.nDirs);
+        assertEquals(9, c.rows());
+        assertEquals(5, c.maxSteps);
+        assertEquals(9, c.seed);
+        assertEquals(4.0 * Math.sqrt(Fixtures.D_OUT), c.maxNorm, 1e-12);
+        assertEquals(0.5, SuccessCriterion.of(r).fraction);
+
+        // a bundle on disk whose manifest has that recipe: BundleSession.edit uses it
+        File dir = tmp.resolve("bundle").toFile();
+        Map<String, Object> written = Fixtures.writeBundle(dir, Fixtures.baseWeight());
+        written.put("recipe", custom().get("recipe"));  // the manifest is not a checksummed file
+        Files.write(new File(dir, "manifest.json").toPath(), Json.write(written, true).getBytes("UTF-8"));
+        BundleSessionTest.FakeRuntime rt = new BundleSessionTest.FakeRuntime();
+        BundleSession s = BundleSession.open(dir, (d, mm) -> rt, null);
+        assertEquals(0.3, s.recipe().lr);
+        EditRequest req = EditRequest.fromForm("Danielle Darrieux", "The mother tongue of {} is", "English");
+        EditOutcome o = s.edit(req, null, null);
+        assertEquals(0.3, o.config.lr);
+        assertEquals(8, o.config.nDirs);
+        assertEquals(5, o.config.maxSteps);
+        assertEquals(0.5, o.success.fraction);
+        assertTrue(o.steps <= 5, "max_steps 5, ran " + o.steps);
+        assertTrue(o.evals >= 9 * o.steps && o.evals <= 10 * o.steps + 1, "9 rows per step: " + o.evals);
+        Map<String, Object> cfg = o.configJson();
+        assertEquals(0.3, cfg.get("lr"));
+        assertEquals(8L, cfg.get("n_dirs"));
+        assertEquals(9L, cfg.get("seed"));
+        assertEquals(0.5, cfg.get("success_fraction"));
+        s.close();
+    }
+
+    @Test
+    void aManifestWithoutRecipeGetsTheShippedOne() {
+        Map<String, Object> map = Fixtures.manifestMap();
+        map.remove("recipe");
+        Manifest m = parse(map);
+        Recipe r = m.recipe;
+        assertFalse(r.fromManifest);
+        assertEquals("fzoo", r.estimator);
+        assertEquals(16, r.nDirs, "edit_K 17 - 1");
+        assertEquals(0.05, r.h);
+        assertEquals("adam", r.optimizer);
+        assertEquals(0.5, r.lr);
+        assertEquals(150, r.maxSteps);
+        assertEquals(3000, r.maxEvals);
+        assertEquals(1, r.checkEvery);
+        assertEquals(0, r.seed);
+        assertEquals(0.75, r.successFraction);
+        assertEquals(0.5, r.successNll);
+        EngineConfig c = EditRunner.forBundle(m, m.dOut());
+        assertEquals(17, c.rows());
+        assertEquals(0.75, SuccessCriterion.of(r).fraction);
+        // the exporter's recipe (Fixtures.recipeMap, as export/recipe.py writes it) is the same
+        Recipe exported = parse(Fixtures.manifestMap()).recipe;
+        assertTrue(exported.fromManifest);
+        assertSameRecipe(r, exported);
+    }
+
+    private static void refusedAt(Map<String, Object> m, String field) {
+        MobiEditError e = assertThrows(MobiEditError.class, () -> parse(m));
+        assertTrue(e.getMessage().contains("field '" + field + "'") && e.fix() != null, e.getMessage());
+    }
+
+    @Test
+    @SuppressWarnings("unchecked")
+    void aMalformedRecipeIsRefusedNamingTheField() {
+        Object[][] cases = {
+            {"lr", -0.5, "recipe.zo.lr"}, {"lr", "0.3", "recipe.zo.lr"}, {"n_dirs", 8.0, "recipe.zo.n_dirs"},
+            {"n_dirs", 0L, "recipe.zo.n_dirs"}, {"estimator", "adam", "recipe.zo.estimator"},
+            {"optimizer", null, "recipe.zo.optimizer"}, {"lr_min", 0.9, "recipe.zo.lr_min"},
+            {"beta2", 1.0, "recipe.zo.beta2"}, {"max_evals", 16L, "recipe.zo.max_evals"},
+            {"seed", 1e19, "recipe.zo.seed"}, {"max_norm", 1.0, "recipe.zo.max_norm"},
+        };
+        for (Object[] c : cases) {
+            Map<String, Object> m = Fixtures.manifestMap();
+            zo(m).put((String) c[0], c[1]);
+            refusedAt(m, (String) c[2]);
+        }
+        Map<String, Object> m = Fixtures.manifestMap();
+        zo(m).remove("h");
+        refusedAt(m, "recipe.zo.h");
+        m = Fixtures.manifestMap();
+        success(m).put("fraction", 1.5);
+        refusedAt(m, "recipe.success.fraction");
+        m = Fixtures.manifestMap();
+        success(m).put("nll", 0L);
+        refusedAt(m, "recipe.success.nll");
+        m = Fixtures.manifestMap();
+        m.put("recipe", null);
+        refusedAt(m, "recipe");
+        m = Fixtures.manifestMap();
+        ((Map<String, Object>) m.get("recipe")).remove("success");
+        refusedAt(m, "recipe.success");
+        m = Fixtures.manifestMap();  // each value in range, the directions' buffer is not
+        zo(m).put("n_dirs", 1L << 20);
+        zo(m).put("max_evals", 1L << 21);
+        Map<String, Object> dims = Fixtures.map("vocab_size", 400L, "hidden_size", 1L << 17,
+            "intermediate_size", (long) Fixtures.D_IN, "num_layers", 2L, "num_heads", 2L,
+            "num_kv_heads", 2L, "head_dim", 4L, "d_out", 1L << 17);
+        m.put("dims", dims);
+        refusedAt(m, "recipe.zo.n_dirs");
+    }
+}

@@ -1,0 +1,140 @@
+"""The edit recipe a bundle ships: the ZO search and the success rule (manifest ``recipe``).
+
+One definition: the shipped forward-only method, :class:`mobiedit.methods.zo_edit.MobiEditConfig`
+(its ``zo``, ``success_fraction`` and ``success_nll``), with ``n_dirs`` fitted to the edit
+programs' static K (FZOO: K − 1 directions, one program call per step). The exporter writes it
+into the manifest (:func:`shipped_recipe` → :meth:`Recipe.as_manifest`); every host edits with
+the manifest's recipe (:func:`recipe_of`): ``mobiedit edit --bundle``, :mod:`.quality`, the app.
+
+Manifest form (docs/bundle_format.md)::
+
+    "recipe": {"zo": {every ZOConfig field but max_norm}, "success": {"fraction": 0.75, "nll": 0.5}}
+
+``max_norm`` is not part of it: hosts clamp ``‖z‖`` to ``edit.objective.clamp_norm_factor · √d``.
+Bundles exported before the recipe was written (same ``format_version`` 1) have no ``recipe``;
+they are edited with :func:`shipped_recipe` of their ``shapes.edit_K``.
+:func:`check_recipe` (called by :func:`~mobiedit.export.bundle.read_manifest`) refuses a
+malformed recipe with a :class:`BundleError` naming the field ``recipe.…`` and a fix; the
+manifest check (:mod:`.manifest_check`) also bounds the search's buffer (K · d_out floats).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+
+from mobiedit.errors import BundleError, ConfigError
+from mobiedit.zo import ZOConfig
+
+log = logging.getLogger(__name__)
+
+#: ZOConfig fields a recipe carries, in ZOConfig's order (max_norm comes from the objective)
+ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig) if f.name != "max_norm")
+_KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
+SUCCESS_FIELDS = ("fraction", "nll")
+MAX_SEED = 2**63 - 1  # every host holds the seed in a signed 64-bit integer (Java's long)
+FIX = "re-export the bundle with `mobiedit export` (it writes the shipped recipe)"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a bundle's edits are searched (``zo``) and judged (``success_fraction``,
+    ``success_nll``: :func:`mobiedit.rome.objective.edit_holds` plus the loss margin).
+    ``from_manifest``: False when the manifest had no recipe (the shipped one was used)."""
+
+    zo: ZOConfig
+    success_fraction: float
+    success_nll: float
+    from_manifest: bool = True
+
+    def as_manifest(self) -> dict:
+        """The manifest's ``recipe`` object."""
+        zo = self.zo.as_dict()
+        return {"zo": {k: zo[k] for k in ZO_FIELDS},
+                "success": {"fraction": self.success_fraction, "nll": self.success_nll}}
+
+
+def shipped_recipe(K: int) -> Recipe:
+    """MobiEdit's shipped recipe for edit programs of static batch ``K`` (``shapes.edit_K``):
+    ``MobiEditConfig().zo`` with FZOO's ``n_dirs = max(1, K − 1)``, and its success rule."""
+    from mobiedit.methods.zo_edit import MobiEditConfig
+
+    cfg = MobiEditConfig()
+    zo = dataclasses.replace(cfg.zo, n_dirs=max(1, K - 1) if cfg.zo.estimator == "fzoo" else cfg.zo.n_dirs)
+    return Recipe(zo, cfg.success_fraction, cfg.success_nll)
+
+
+def recipe_of(manifest: dict) -> Recipe:
+    """The recipe of a manifest :func:`~mobiedit.export.bundle.read_manifest` accepted: its
+    ``recipe``, or :func:`shipped_recipe` of ``shapes.edit_K`` when it has none (a bundle
+    exported before the recipe was written)."""
+    if "recipe" not in manifest:
+        log.info("the bundle's manifest has no recipe (exported before it was written): using the shipped one")
+        return dataclasses.replace(shipped_recipe(manifest["shapes"]["edit_K"]), from_manifest=False)
+    return check_recipe(manifest["recipe"], "manifest.json")
+
+
+def _fail(where: str, field: str, msg: str, fix: str = FIX) -> BundleError:
+    return BundleError(msg[:300], where=f"{where}, field '{field}'"[:400], fix=fix)
+
+
+def _section(value, where: str, field: str, names: tuple[str, ...]) -> dict:
+    """``value`` as a JSON object with exactly the keys ``names``."""
+    if not isinstance(value, dict):
+        raise _fail(where, field, f"must be a JSON object, got {type(value).__name__}")
+    for key in value:
+        if key not in names:
+            raise _fail(where, f"{field}.{str(key)[:40]}", "unknown field",
+                        fix=f"use only {', '.join(names)} (or upgrade mobiedit if a newer exporter wrote it)")
+    for key in names:
+        if key not in value:
+            raise _fail(where, f"{field}.{key}", "missing field")
+    return value
+
+
+def _number(value, where: str, field: str, integer: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise _fail(where, field, f"must be {'an integer' if integer else 'a number'}, got {type(value).__name__}")
+    if not integer:
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:  # an integer past float's range
+            finite = False
+        if not finite:
+            raise _fail(where, field, "must be a finite number")
+
+
+def check_recipe(raw, where: str) -> Recipe:
+    """Validate a manifest's ``recipe`` and return it (``where``: the manifest's path).
+
+    Every problem is a :class:`BundleError` naming ``recipe.zo.<field>`` / ``recipe.success.<field>``:
+    unknown or missing fields, wrong types, values :class:`ZOConfig` refuses, a seed past 2^63 − 1.
+    (The size of the directions' buffer is checked with the other buffers, in :mod:`.manifest_check`.)"""
+    r = _section(raw, where, "recipe", ("zo", "success"))
+    zo_raw = _section(r["zo"], where, "recipe.zo", ZO_FIELDS)
+    for key in ZO_FIELDS:
+        value = zo_raw[key]
+        if _KIND[key] == "str":
+            if not isinstance(value, str):
+                raise _fail(where, f"recipe.zo.{key}", f"must be text, got {type(value).__name__}")
+        else:
+            _number(value, where, f"recipe.zo.{key}", _KIND[key] == "int")
+    try:
+        zo = ZOConfig(**zo_raw)
+    except ConfigError as e:  # names the ZOConfig field: ZOConfig.<name>
+        name = (e.where or "").rpartition(".")[2] or "recipe.zo"
+        raise _fail(where, f"recipe.zo.{name}" if name in ZO_FIELDS else "recipe.zo", e.message,
+                    fix=e.fix or FIX) from None
+    if zo.seed > MAX_SEED:
+        raise _fail(where, "recipe.zo.seed", f"{zo.seed} does not fit a signed 64-bit integer",
+                    fix=f"use a seed in [0, {MAX_SEED}]")
+    s = _section(r["success"], where, "recipe.success", SUCCESS_FIELDS)
+    for key in SUCCESS_FIELDS:
+        _number(s[key], where, f"recipe.success.{key}", False)
+    if not 0.0 <= s["fraction"] <= 1.0:
+        raise _fail(where, "recipe.success.fraction", f"{s['fraction']} is outside [0, 1]",
+                    fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
+    if not s["nll"] > 0:
+        raise _fail(where, "recipe.success.nll", f"{s['nll']} must be > 0", fix="e.g. 0.5")
+    return Recipe(zo, float(s["fraction"]), float(s["nll"]))
