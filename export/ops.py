@@ -153,7 +153,7 @@ class BundleSearch:
 def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor, u: np.ndarray, w: np.ndarray,
                    holds) -> bool | None:
     """Verify after write on the bundle's own programs: the new factors in the first free slot,
-    the prefix program rerun, the edit program at delta 0 judged by ``holds(losses, correct)``.
+    the prefix program rerun, the edit program at delta 0 judged by ``holds(correct)``.
     None when every slot is taken (the edit cannot be written anyway)."""
     free = int((slot_u.abs().sum(1) == 0).nonzero()[0]) if (slot_u.abs().sum(1) == 0).any() else None
     if free is None:
@@ -162,8 +162,8 @@ def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor
     su[free], sw[free] = torch.from_numpy(u), torch.from_numpy(w)
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": su, "slot_w": sw})
     graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), b.manifest["shapes"]["edit_K"], packed.n_rewrite)
-    losses, c = graph(torch.zeros(1, pout["values"].shape[-1]))
-    return holds(losses, c, 0.0)
+    _, c = graph(torch.zeros(1, pout["values"].shape[-1]))
+    return holds(c)
 
 
 def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig | None = None,
@@ -210,7 +210,10 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     keys = pout["keys"]
     c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
     u, w = rank_one_factors(keys[0].numpy(), (v_init + delta).numpy(), v_init.numpy(), c.numpy())
-    written = _written_holds(b, packed, slot_u, slot_w, u, w, holds) if verify_write else None
+    def says_it(c: torch.Tensor) -> bool:  # the written edit's verdict: the rule without the search's margin
+        return edit_holds(c[0, : packed.n_rewrite] == packed.target_len, success_fraction)
+
+    written = _written_holds(b, packed, slot_u, slot_w, u, w, says_it) if verify_write else None
     if written is None:
         return BundleSearch(res.status.value, succeeded, u, w, graph.evals, zcfg, list(res.history))
     return BundleSearch(res.status.value, written, u, w, graph.evals, zcfg, list(res.history), loop_succeeded=succeeded)

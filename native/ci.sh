@@ -8,7 +8,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build"
-JOBS="$(nproc 2>/dev/null || echo 2)"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 PACKAGES=(cmake g++ doctest-dev g++-aarch64-linux-gnu qemu-user)
 
 log() { printf '\n== native/ci.sh: %s\n' "$*"; }

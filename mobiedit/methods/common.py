@@ -85,11 +85,12 @@ class EditOutcome:
     loop_succeeded: bool | None = None
     write: dict = field(default_factory=dict)
     key: torch.Tensor | None = None  # k̄, the edit's key averaged over the context templates
+    distinct_evals: int | None = None  # loss evaluations at distinct deltas (None: = loss_evals)
 
     def summary(self) -> dict:
         return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "loop_succeeded", "status",
                                               "loss_evals", "sequences", "forward_calls", "backward_calls",
-                                              "wall_time", "write")}
+                                              "wall_time", "write", "distinct_evals")}
 
 
 def module_name(family: Family, layer: int) -> str:

@@ -3,8 +3,11 @@
 The value search judges a delta added at the layer's output on its own graph (quantized, at the
 searched positions); what is written is a rank-one update of the float weight through ``C⁻¹k̄``.
 :func:`check_written` applies the factors to the float model, runs one full forward of the
-request's prompt batch with no delta (the model the user will serve), applies the method's own
-success rule there, and restores the weight bit-exactly. It also measures the write error: at a
+request's prompt batch with no delta (the model the user will serve), asks whether it says the
+new fact there (:func:`~mobiedit.rome.objective.edit_holds`: the plain prompt and ``success_fraction``
+of the templated ones show the whole target — the search's NLL margin is its stop rule, not part
+of "says it": a written edit delivers ~5 % less than the searched delta at the templates' keys,
+enough to miss a 0.5 margin while every prompt still says the target), and restores the weight bit-exactly. It also measures the write error: at a
 key ``k`` the search added ``δ`` where the write adds ``u (wᵀk)``, so the relative error there is
 ``‖u (wᵀk) − δ‖ / ‖δ‖ = |wᵀk − 1|`` — 0 at the plain prompt's key (the update is solved there),
 non-zero at the context templates' keys, whose average ``k̄`` sets only the direction.

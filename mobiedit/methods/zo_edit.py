@@ -77,6 +77,7 @@ class MobiEditConfig:
 @dataclass
 class _Counters:
     evals: int = 0
+    distinct: int = 0  # evaluations at distinct points (the paper's estimator repeats x n times a step)
     sequences: int = 0
     calls: int = 0
 
@@ -126,6 +127,7 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     def forward(D: np.ndarray) -> np.ndarray:
         losses, _ = graph(torch.from_numpy(np.multiply(D, scale, dtype=np.float32)))  # D is read-only
         n.evals += D.shape[0]; n.sequences += D.shape[0] * rows; n.calls += 1
+        n.distinct += len(np.unique(D, axis=0))
         if on_step is not None:  # one batched call of K directions = one step
             on_step(n.calls, float(losses.min()))
         return losses.double().numpy()
@@ -135,7 +137,7 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     def check(x: np.ndarray) -> bool:
         delta = torch.from_numpy(np.multiply(x, scale, dtype=np.float32)).view(1, -1)
         losses, correct = graph(delta)
-        n.evals += 1; n.sequences += rows; n.calls += 1
+        n.evals += 1; n.distinct += 1; n.sequences += rows; n.calls += 1
         return (edit_holds(correct[0] >= 1.0 - 1e-6, cfg.success_fraction)
                 and within_margin(float(losses[0]), float(delta.norm()), v_norm, cfg.objective, cfg.success_nll))
 
@@ -149,4 +151,4 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=succeeded, status=res.status.value, loss_evals=n.evals, sequences=n.sequences,
                        forward_calls=n.calls + 2, backward_calls=0, wall_time=time.perf_counter() - t0,
-                       losses=list(res.history), seed=cfg.zo.seed, key=key)
+                       losses=list(res.history), seed=cfg.zo.seed, key=key, distinct_evals=n.distinct)
