@@ -12,8 +12,9 @@ code's), but they build masks and positions themselves and hand the blocks:
   come from HF's eager mask function) and give the same results;
 * ``position_embeddings`` from the family's rotary module (or learned positions added to the
   token embedding, see :data:`POSITION_EMBED`);
-* a :class:`RecordingKV` as ``past_key_values``: it prepends fixed past K/V and records the new
-  K/V, so a graph is a pure function of its inputs.
+* a :class:`~mobiedit.forward.kv.RecordingKV` as ``past_key_values``: it prepends fixed past K/V
+  and records the new K/V, so a graph is a pure function of its inputs (defined once in
+  :mod:`mobiedit.forward.kv`, shared with the eager prefix graph; importable from here too).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import torch
 
 from mobiedit.errors import ModelLoadError
 from mobiedit.families import Family, get_module, n_layers
+from mobiedit.forward.kv import RecordingKV  # noqa: F401 - defined there, importable from here
 
 #: learned absolute position embeddings (added to the token embedding), by family name
 POSITION_EMBED: dict[str, str] = {"gpt2": "transformer.wpe"}
@@ -124,22 +126,6 @@ def use_static_attention(model: torch.nn.Module) -> None:
 def gqa_groups(dims: "ModelDims") -> int:
     """Query heads per K/V head (the mask tiling factor)."""
     return dims.num_heads // dims.num_kv_heads
-
-
-class RecordingKV:
-    """The cache object HF attention calls: ``update(k, v, i)`` returns ``past[i] ⊕ (k, v)`` along
-    the sequence axis (or just ``(k, v)`` without a past) and records ``(k, v)`` in :attr:`new`."""
-
-    def __init__(self, past: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> None:
-        self.past = past or {}
-        self.new: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, *args, **kwargs):
-        self.new[layer_idx] = (k, v)
-        if layer_idx not in self.past:
-            return k, v
-        pk, pv = self.past[layer_idx]
-        return torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)
 
 
 #: attribute name of the :class:`RankOneSlots` module of every program (a float island)

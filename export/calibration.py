@@ -15,8 +15,8 @@ import torch
 from mobiedit.errors import BundleError
 from mobiedit.forward.quant import centered_correlation
 from mobiedit.requests import EditRequest, bundled_path, load_requests
-from mobiedit.rome.config import ObjectiveConfig
-from mobiedit.rome.context import build_edit_inputs
+from mobiedit.editing.config import ObjectiveConfig
+from mobiedit.editing.context import build_edit_inputs
 
 from .config import EditShapes, InferenceShapes
 from .generate import CacheShape, greedy_tokens
@@ -24,7 +24,7 @@ from .packing import PackedEdit, edit_feed, pack_edit
 from .runtime import EagerProgram, Program
 
 
-class Recorder(Program):
+class RecordingProgram(Program):
     """A program that runs ``inner`` and keeps every feed it was given."""
 
     def __init__(self, inner: Program) -> None:
@@ -80,7 +80,7 @@ def calibration_feeds(float_modules: dict[str, torch.nn.Module], edits: list[tup
                        inference.prefill_chunk)
     for req, packed in edits:
         if "prefill" in progs and "decode" in progs:
-            pre, dec = Recorder(progs["prefill"]), Recorder(progs["decode"])
+            pre, dec = RecordingProgram(progs["prefill"]), RecordingProgram(progs["decode"])
             ids = tok(req.rewrite_prompt)["input_ids"][: inference.max_seq_len - 4]
             greedy_tokens(pre, dec, ids, 4, shape, slots["slot_u"], slots["slot_w"])
             feeds["prefill"] += pre.feeds

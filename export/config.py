@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from mobiedit.errors import ConfigError
-from mobiedit.rome.config import ContextConfig, ObjectiveConfig
+from mobiedit.editing.config import ContextConfig, ObjectiveConfig
 
 RUNTIMES = ("executorch", "onnxruntime")
 #: quantization scheme -> runtimes that can lower it

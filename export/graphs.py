@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import torch
 
+from mobiedit.editing.objective import kl_rows
 from mobiedit.families import Family, get_module
+from mobiedit.forward.kv import RecordingKV
 
-from .adapters import (RankOneSlots, RecordingKV, additive, blocks, embed, gqa_groups, model_dims,
-                       rank_one_slots, rotary, run_blocks, tile_mask, use_static_attention)
+from .adapters import (RankOneSlots, additive, blocks, embed, gqa_groups, model_dims, rank_one_slots, rotary,
+                       run_blocks, tile_mask, use_static_attention)
 from .config import EditShapes, InferenceShapes
 
 I64, F32 = torch.int64, torch.float32
@@ -168,7 +170,7 @@ class EditModule(torch.nn.Module):
     ``kl_index``); kl_ref [R_kl, V]; kl_weight [R_kl] (kl_factor/n_kl, 0 = padding); wd_scale [1]
     (weight_decay/‖v_init‖²).
     loss_k = Σ_r w_r·NLL_r + Σ_r kw_r·KL_r + wd_scale·‖δ_k‖ — the objective of
-    :mod:`mobiedit.rome.objective`; ``correct[k, b]`` = how many of row b's target tokens are the
+    :mod:`mobiedit.editing.objective`; ``correct[k, b]`` = how many of row b's target tokens are the
     argmax: a sum of 0/1 terms, so an exact integer in float32 (a rewrite row holds iff it equals
     target_len).
 
@@ -235,8 +237,8 @@ class EditModule(torch.nn.Module):
         hit = (logits[:, :R_t].argmax(-1) == t_label.view(1, R_t)).to(F32)
         correct = (hit.unsqueeze(-1) * t_rows.unsqueeze(0)).sum(1)                 # [K, B] hit counts
         new = logp[:, R_t:]
-        kl = ((kl_ref.exp() * (kl_ref - new)).sum(-1) * kl_weight.view(1, -1)).sum(-1)
+        kl = (kl_rows(kl_ref, new) * kl_weight.view(1, -1)).sum(-1)
         if self.base_row:
             nll, kl, correct = nll[1:], kl[1:], correct[1:]
-        wd = wd_scale * user_deltas.pow(2).sum(-1).sqrt()
+        wd = wd_scale * user_deltas.pow(2).sum(-1).sqrt()  # wd_scale = objective.decay_coefficient
         return nll + kl + wd, correct

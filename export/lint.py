@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mobiedit.errors import MobiEditError
+from mobiedit.errors import LintError
 
 from .graphs import ROOT
 
@@ -36,10 +36,6 @@ _CONTROL = {"cond", "while_loop", "map", "map_impl", "scan", "associative_scan",
 _PASS = {"t", "transpose", "permute", "view", "reshape", "_unsafe_view", "expand", "unsqueeze", "squeeze",
          "contiguous", "clone", "alias", "detach", "numpy_T", "_to_copy", "to", "mul", "div", "sub",
          "dequantize_affine", "dequantize_per_channel", "dequantize_per_tensor", "dequantize_per_channel_group"}
-
-
-class LintError(MobiEditError):
-    """A program failed the graph lint; the message lists the findings."""
 
 
 @dataclass(frozen=True)

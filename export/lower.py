@@ -14,16 +14,12 @@ from pathlib import Path
 
 import torch
 
-from mobiedit.errors import MobiEditError
+from mobiedit.errors import LoweringError
 
 log = logging.getLogger(__name__)
 
 #: ONNX protobuf limit: larger models must keep their weights in external data
 _ONNX_INLINE_LIMIT = 1_800_000_000
-
-
-class LoweringError(MobiEditError):
-    """A program could not be captured or lowered."""
 
 
 def export_graph(module: torch.nn.Module, args: tuple[torch.Tensor, ...], name: str) -> torch.export.ExportedProgram:

@@ -132,7 +132,7 @@ def _special(m: dict, dims: dict, where: str) -> None:
 
 
 def _edit(m: dict, where: str) -> None:
-    from mobiedit.rome.config import ObjectiveConfig
+    from mobiedit.editing.config import ObjectiveConfig
 
     edit = _obj(where, "edit", m["edit"])
     t = edit.get("templates")

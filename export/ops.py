@@ -5,16 +5,14 @@ No HF model is built here: programs run in the bundle's runtime, text goes throu
 
 * :func:`run_bundle`: greedy generation with every active journal edit in a slot.
 * :func:`edit_bundle`: per request, the ``prefix`` program computes the edit's state (with the
-  current slots, so edits compose), :func:`mobiedit.zo.run_zo` searches the value delta through
-  the ``edit`` program, and ROME's factors ``u = v* − W k``, ``w = C⁻¹k̄ / (k·C⁻¹k̄)`` (keys from
+  current slots, so edits compose), :func:`mobiedit.driver.search_value` (the search every host
+  runs) searches the value delta through the ``edit`` program, and ROME's factors ``u = v* − W k``, ``w = C⁻¹k̄ / (k·C⁻¹k̄)`` (keys from
   the prefix program, C⁻¹ from keystats) are appended to the journal atomically.
 * :func:`undo_bundle_edit`: marks a journal edit undone (its slot empties on the next run).
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +20,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mobiedit.errors import BundleError, ConfigError
+from mobiedit.driver import search_value
+from mobiedit.errors import BundleError
 from mobiedit.families import FAMILIES
 from mobiedit.journal import Journal, JournalEntry
 from mobiedit.journal_lock import DEFAULT_TIMEOUT, journal_lock
 from mobiedit.requests import EditRequest
-from mobiedit.rome.config import ObjectiveConfig
-from mobiedit.rome.context import build_edit_inputs
-from mobiedit.rome.objective import edit_holds, within_margin
-from mobiedit.zo import ZOConfig, run_zo
+from mobiedit.editing.config import ObjectiveConfig
+from mobiedit.editing.context import build_edit_inputs
+from mobiedit.editing.objective import edit_holds, full_rows
+from mobiedit.recipes import EditRecipe, SuccessCriterion, check_fraction, check_nll
+from mobiedit.zo import ZOConfig
 from mobiedit.zo.rank_one import rank_one_factors
 
 from .bundle import JOURNAL, Bundle, load_bundle
@@ -105,12 +105,13 @@ def edit_shapes_of(m: dict) -> EditShapes:
 
 
 class _EditGraph:
-    """The bundle's edit program over one edit's state: any number of deltas, batched by K.
-    Returns (losses [n], correct [n, n_rewrite]): per rewrite row, the count of argmax targets."""
+    """The bundle's edit program over one edit's state (a :class:`mobiedit.driver.EditGraph`): any
+    number of deltas, batched by K (the last batch zero-padded). Returns (losses [n], correct
+    [n, n_rewrite]): per rewrite row, the count of argmax targets."""
 
-    def __init__(self, program, feed: dict[str, torch.Tensor], K: int, n_rewrite: int) -> None:
-        self.program, self.feed, self.K, self.n_rewrite = program, feed, K, n_rewrite
-        self.evals = 0
+    def __init__(self, program, feed: dict[str, torch.Tensor], K: int, packed) -> None:
+        self.program, self.feed, self.K = program, feed, K
+        self.n_rows, self.n_rewrite, self.target_len = packed.n_rows, packed.n_rewrite, packed.target_len
 
     def __call__(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = deltas.shape[0]
@@ -122,7 +123,6 @@ class _EditGraph:
             out = self.program.run({**self.feed, "deltas": pad})
             losses.append(out["losses"][:part.shape[0]])
             correct.append(out["correct"][:part.shape[0], :self.n_rewrite])
-        self.evals += n
         return torch.cat(losses), torch.cat(correct)
 
 
@@ -161,7 +161,7 @@ def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor
     su, sw = slot_u.clone(), slot_w.clone()
     su[free], sw[free] = torch.from_numpy(u), torch.from_numpy(w)
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": su, "slot_w": sw})
-    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), b.manifest["shapes"]["edit_K"], packed.n_rewrite)
+    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), b.manifest["shapes"]["edit_K"], packed)
     _, c = graph(torch.zeros(1, pout["values"].shape[-1]))
     return holds(c)
 
@@ -176,47 +176,27 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     the search's own in ``loop_succeeded``."""
     m = b.manifest
     zo, success_fraction, success_nll = _resolve(recipe_of(m), zo, success_fraction, success_nll)
+    recipe = EditRecipe(zo, SuccessCriterion(success_fraction, success_nll))
     objective = ObjectiveConfig(**m["edit"]["objective"])
     inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
     packed = pack_edit(inputs, edit_shapes_of(m), objective)
     slot_u, slot_w = b.slots(journal)
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": slot_u, "slot_w": slot_w})
-    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed.n_rewrite)
+    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed)
     v_init = pout["values"][0]
-    d = v_init.shape[0]
-    scale = float(v_init.norm()) / math.sqrt(d)
-
-    def forward(D: np.ndarray) -> np.ndarray:
-        return graph(torch.from_numpy(np.ascontiguousarray(D, dtype=np.float32)) * scale)[0].double().numpy()
-
-    v_norm = float(v_init.norm())
-
-    def holds(losses: torch.Tensor, c: torch.Tensor, delta_norm: float) -> bool:
-        # correct[k, b] counts row b's argmax targets exactly (integer-valued float32); the loss
-        # minus its decay term bounds the mean target NLL (the margin, as in mobiedit_edit)
-        return (edit_holds(c[0, : packed.n_rewrite] == packed.target_len, success_fraction)
-                and within_margin(float(losses[0]), delta_norm, v_norm, objective, success_nll))
-
-    def check(x: np.ndarray) -> bool:
-        delta = torch.from_numpy(np.array(x, dtype=np.float32)).view(1, -1) * scale
-        return holds(*graph(delta), float(delta.norm()))
-
-    zcfg = dataclasses.replace(zo, max_norm=objective.clamp_norm_factor * math.sqrt(d))
-    res = run_zo(forward, check, np.zeros(d, dtype=np.float32), zcfg, backend=backend)
-    res.raise_for_status()
-    x = np.asarray(res.x, dtype=np.float32)
-    succeeded = res.succeeded or check(x)
-    delta = torch.from_numpy(x) * scale
+    found = search_value(graph, v_init, objective, recipe, backend)
     keys = pout["keys"]
     c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
-    u, w = rank_one_factors(keys[0].numpy(), (v_init + delta).numpy(), v_init.numpy(), c.numpy())
+    u, w = rank_one_factors(keys[0].numpy(), (v_init + found.delta).numpy(), v_init.numpy(), c.numpy())
+
     def says_it(c: torch.Tensor) -> bool:  # the written edit's verdict: the rule without the search's margin
-        return edit_holds(c[0, : packed.n_rewrite] == packed.target_len, success_fraction)
+        return edit_holds(full_rows(c[0, : packed.n_rewrite], packed.target_len), success_fraction)
 
     written = _written_holds(b, packed, slot_u, slot_w, u, w, says_it) if verify_write else None
     if written is None:
-        return BundleSearch(res.status.value, succeeded, u, w, graph.evals, zcfg, list(res.history))
-    return BundleSearch(res.status.value, written, u, w, graph.evals, zcfg, list(res.history), loop_succeeded=succeeded)
+        return BundleSearch(found.status, found.succeeded, u, w, found.evals, found.zo, found.losses)
+    return BundleSearch(found.status, written, u, w, found.evals, found.zo, found.losses,
+                        loop_succeeded=found.succeeded)
 
 
 def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None, success_nll: float | None
@@ -260,7 +240,7 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     The search (``zo``) and the success thresholds default to the bundle's recipe (manifest
     ``recipe``, :func:`~mobiedit.export.recipe.recipe_of`). Each applied edit is journaled before
     the next request starts (so it sits in a slot for the next prefix run). An edit that misses the
-    success criterion (``mobiedit.rome.objective.edit_holds`` with ``success_fraction``, and the
+    success criterion (``mobiedit.editing.objective.edit_holds`` with ``success_fraction``, and the
     loss minus decay at most ``success_nll``, as ``mobiedit_edit``) within budget is not applied
     unless ``force``. Raises BundleError when a request does not fit the programs' shapes,
     NumericalError on NaN/Inf.
@@ -270,11 +250,10 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     undo, the app) are serialised: no id is reused and no edit is lost. A writer that cannot take
     the lock within ``lock_timeout`` seconds raises ``JournalBusyError``.
     """
-    if success_fraction is not None and not (0.0 <= success_fraction <= 1.0):
-        raise ConfigError(f"success_fraction={success_fraction} out of [0, 1]", where="success_fraction",
-                          fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
-    if success_nll is not None and not success_nll > 0:
-        raise ConfigError(f"success_nll={success_nll} must be > 0", where="success_nll", fix="e.g. 0.5")
+    if success_fraction is not None:
+        check_fraction(success_fraction, "success_fraction")
+    if success_nll is not None:
+        check_nll(success_nll, "success_nll")
     b = _open(bundle)
     _check_edit_interface(b)
     keystats = b.keystats()

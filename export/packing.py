@@ -1,6 +1,6 @@
 """Host side of the edit programs: one edit's prompt batch → padded program inputs, and back.
 
-Contract: :func:`pack_edit` turns an :class:`~mobiedit.rome.context.EditInputs` into the fixed-size
+Contract: :func:`pack_edit` turns an :class:`~mobiedit.editing.context.EditInputs` into the fixed-size
 inputs of the ``prefix`` program plus the delta-independent inputs of the ``edit`` program (mask
 as int64 0/1, read-outs and their weights; the KL read-outs are ``kl_index`` = b·N + last_b for
 the prefix program and ``kl_suffix_index`` = b·S + j for the edit program); :func:`edit_feed`
@@ -18,8 +18,9 @@ import torch
 
 from mobiedit.errors import BundleError
 from mobiedit.forward.prefix import PrefixState, build_mask, readouts, suffix_geometry
-from mobiedit.rome.config import ObjectiveConfig
-from mobiedit.rome.context import EditInputs
+from mobiedit.editing.config import ObjectiveConfig
+from mobiedit.editing.context import EditInputs
+from mobiedit.editing.objective import decay_coefficient
 
 from .config import EditShapes
 
@@ -69,7 +70,7 @@ def edit_needs(inputs: EditInputs) -> dict[str, int]:
 
 def requests_needs(tok, requests: list, templates: list[str], objective: ObjectiveConfig) -> list[dict[str, int]]:
     """:func:`edit_needs` of each request's prompt batch (built with ``templates`` and ``objective``)."""
-    from mobiedit.rome.context import build_edit_inputs
+    from mobiedit.editing.context import build_edit_inputs
 
     return [edit_needs(build_edit_inputs(tok, r, templates, objective)) for r in requests]
 
@@ -132,7 +133,7 @@ def pack_edit(inputs: EditInputs, shapes: EditShapes, objective: ObjectiveConfig
 
 def wd_scale(objective: ObjectiveConfig, v_init: torch.Tensor) -> torch.Tensor:
     """``weight_decay / ‖v_init‖²`` as a [1] tensor (the objective's delta-norm coefficient)."""
-    return torch.tensor([objective.weight_decay / float(v_init.double().norm()) ** 2], dtype=torch.float32)
+    return torch.tensor([decay_coefficient(float(v_init.double().norm()), objective)], dtype=torch.float32)
 
 
 def edit_feed(packed: PackedEdit, prefix_out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

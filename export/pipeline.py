@@ -68,7 +68,7 @@ def key_inverse(lm: LoadedModel, layer: int, cfg: ExportConfig) -> torch.Tensor:
     d_in = model_dims(lm.model, lm.family, layer).d_in
     if not cfg.edit.mom2:
         return torch.eye(d_in)
-    from mobiedit.rome.stats import second_moment
+    from mobiedit.editing.stats import second_moment
     from mobiedit.session import stats_texts_for
 
     texts = stats_texts_for(lm)
@@ -80,7 +80,7 @@ def key_inverse(lm: LoadedModel, layer: int, cfg: ExportConfig) -> torch.Tensor:
 
 def prepare(model_dir: str | Path, cfg: ExportConfig) -> Prepared:
     """Load the model and compute the per-model edit context (templates, C⁻¹, base weight)."""
-    from mobiedit.rome.context import generate_context_templates
+    from mobiedit.editing.context import generate_context_templates
 
     lm = load_model(model_dir)
     use_static_attention(lm.model)

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def _fits(bundle_dir: Path, reqs) -> bool:
     """Whether every request's batch fits the bundle's edit shapes (False: no loadable bundle)."""
-    from mobiedit.rome.config import ObjectiveConfig
+    from mobiedit.editing.config import ObjectiveConfig
 
     from .bundle import load_bundle
     from .ops import edit_shapes_of
@@ -65,7 +65,7 @@ def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
     import dataclasses
 
     from mobiedit.forward.quant import quantized_copy
-    from mobiedit.methods.zo_edit import MobiEditConfig
+    from mobiedit.methods.mobiedit import MobiEditConfig
     from mobiedit.session import edit_independent, prepare
 
     cfg = dataclasses.replace(MobiEditConfig(), layer=layer)
@@ -83,7 +83,7 @@ def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
     to the float HF model's edit weight, scored, and the weight restored bit-exactly."""
     from mobiedit.evaluate import pre_edit_snapshot, score_request
     from mobiedit.families import get_module
-    from mobiedit.journal import apply_factors
+    from mobiedit.editing.update import write_factors
 
     from .bundle import load_bundle
     from .ops import search_bundle_edit
@@ -99,9 +99,7 @@ def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
         found = search_bundle_edit(b, journal, keystats, req, recipe.zo, recipe.success_fraction, recipe.success_nll)
         wall = time.perf_counter() - t0
         saved = weight.detach().clone()
-        with torch.no_grad():
-            weight.copy_(apply_factors(weight, torch.from_numpy(found.u), torch.from_numpy(found.w),
-                                       lm.family.weight_out_in))
+        write_factors(weight, torch.from_numpy(found.u), torch.from_numpy(found.w), lm.family.weight_out_in)
         scores = score_request(lm.model, lm.tokenizer, req, pre)
         with torch.no_grad():
             weight.copy_(saved)

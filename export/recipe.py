@@ -1,8 +1,9 @@
 """The edit recipe a bundle ships: the ZO search and the success rule (manifest ``recipe``).
 
-One definition: the shipped forward-only method, :class:`mobiedit.methods.zo_edit.MobiEditConfig`
-(its ``zo``, ``success_fraction`` and ``success_nll``), with ``n_dirs`` fitted to the edit
-programs' static K (FZOO: K − 1 directions, one program call per step). The exporter writes it
+One definition: the shipped recipe, :data:`mobiedit.recipes.FZOO` (also the default of
+:class:`mobiedit.methods.mobiedit.MobiEditConfig`: its ``zo``, ``success_fraction`` and
+``success_nll``), with ``n_dirs`` fitted to the edit programs' static K (FZOO: K − 1 directions,
+one program call per step). The exporter writes it
 into the manifest (:func:`shipped_recipe` → :meth:`Recipe.as_manifest`); every host edits with
 the manifest's recipe (:func:`recipe_of`): ``mobiedit edit --bundle``, :mod:`.quality`, the app.
 
@@ -25,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from mobiedit.errors import BundleError, ConfigError
+from mobiedit.recipes import FZOO, check_fraction, check_nll
 from mobiedit.zo import ZOConfig
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ FIX = "re-export the bundle with `mobiedit export` (it writes the shipped recipe
 @dataclass(frozen=True)
 class Recipe:
     """How a bundle's edits are searched (``zo``) and judged (``success_fraction``,
-    ``success_nll``: :func:`mobiedit.rome.objective.edit_holds` plus the loss margin).
+    ``success_nll``: :func:`mobiedit.editing.objective.edit_holds` plus the loss margin).
     ``from_manifest``: False when the manifest had no recipe (the shipped one was used)."""
 
     zo: ZOConfig
@@ -57,12 +59,9 @@ class Recipe:
 
 def shipped_recipe(K: int) -> Recipe:
     """MobiEdit's shipped recipe for edit programs of static batch ``K`` (``shapes.edit_K``):
-    ``MobiEditConfig().zo`` with FZOO's ``n_dirs = max(1, K − 1)``, and its success rule."""
-    from mobiedit.methods.zo_edit import MobiEditConfig
-
-    cfg = MobiEditConfig()
-    zo = dataclasses.replace(cfg.zo, n_dirs=max(1, K - 1) if cfg.zo.estimator == "fzoo" else cfg.zo.n_dirs)
-    return Recipe(zo, cfg.success_fraction, cfg.success_nll)
+    :data:`mobiedit.recipes.FZOO`'s search with ``n_dirs = max(1, K − 1)``, and its success rule."""
+    zo = dataclasses.replace(FZOO.zo, n_dirs=max(1, K - 1) if FZOO.zo.estimator == "fzoo" else FZOO.zo.n_dirs)
+    return Recipe(zo, FZOO.success.fraction, FZOO.success.nll)
 
 
 def recipe_of(manifest: dict) -> Recipe:
@@ -132,9 +131,9 @@ def check_recipe(raw, where: str) -> Recipe:
     s = _section(r["success"], where, "recipe.success", SUCCESS_FIELDS)
     for key in SUCCESS_FIELDS:
         _number(s[key], where, f"recipe.success.{key}", False)
-    if not 0.0 <= s["fraction"] <= 1.0:
-        raise _fail(where, "recipe.success.fraction", f"{s['fraction']} is outside [0, 1]",
-                    fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
-    if not s["nll"] > 0:
-        raise _fail(where, "recipe.success.nll", f"{s['nll']} must be > 0", fix="e.g. 0.5")
+    for key, check in (("fraction", check_fraction), ("nll", check_nll)):  # the rule of recipes.SuccessCriterion
+        try:
+            check(s[key], f"recipe.success.{key}")
+        except ConfigError as e:
+            raise _fail(where, f"recipe.success.{key}", e.message, fix=e.fix or FIX) from None
     return Recipe(zo, float(s["fraction"]), float(s["nll"]))

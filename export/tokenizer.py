@@ -1,6 +1,6 @@
 """The bundle's tokenizer: ``tokenizers.Tokenizer`` behind the small part of the HF tokenizer API
 that prompt building uses (``tok(text, add_special_tokens=...)["input_ids"]``, ``pad_token_id``,
-``decode``), so :func:`mobiedit.rome.context.build_edit_inputs` runs on a phone without
+``decode``), so :func:`mobiedit.editing.context.build_edit_inputs` runs on a phone without
 ``transformers``.
 """
 from __future__ import annotations

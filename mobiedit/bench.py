@@ -6,6 +6,7 @@ row edits the same N requests independently on the unedited model (edit → scor
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import multiprocessing as mp
@@ -16,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .recipes import ANTITHETIC, FZOO, PAPER
 
 log = logging.getLogger(__name__)
 
-_FZOO = {"estimator": "fzoo", "n_dirs": 16, "h": 0.05, "optimizer": "adam", "lr": 0.5,
-         "max_steps": 150, "max_evals": 3000, "check_every": 1}
-_PAPER = {"estimator": "paper", "n_dirs": 5, "h": 1e-3, "optimizer": "sgd", "lr": 5e-2,
-          "lr_schedule": "cosine", "max_steps": 1200, "max_evals": 18000, "check_every": 1, "loss_tol": 1e-5}
-
-_ANTI = {**_FZOO, "estimator": "antithetic", "n_dirs": 8}
+# the named recipes' searches (mobiedit.recipes: the only place their numbers are written), as
+# override mappings (every field, so a row does not depend on MobiEditConfig's default zo)
+_FZOO = dataclasses.asdict(FZOO.zo)
+_PAPER = dataclasses.asdict(PAPER.zo)
+_ANTI = dataclasses.asdict(ANTITHETIC.zo)
 _W8A16 = {"scheme": "w8a16"}
 
 # name -> (method, config overrides). Each forward-only estimator comes with its three ablations
@@ -76,11 +77,9 @@ def parse_rows(spec: str, n: int) -> list[tuple[str, int]]:
 
 def row_config(name: str, layer: int, seed: int):
     """The dataclass config of row ``name`` at ``layer``."""
-    import dataclasses
-
     from .config_io import from_dict
-    from .methods.zo_edit import MobiEditConfig
-    from .rome.config import ROMEConfig
+    from .methods.mobiedit import MobiEditConfig
+    from .editing.config import ROMEConfig
 
     if name not in ROWS:
         raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")

@@ -83,8 +83,8 @@ def measure(model_dir: str, layer: int, n_requests: int, K: int, reps: int, quan
     from .methods.common import prepare_context
     from .models import load_model
     from .requests import bundled_path, load_requests
-    from .rome.config import ContextConfig, ObjectiveConfig
-    from .rome.context import build_edit_inputs
+    from .editing.config import ContextConfig, ObjectiveConfig
+    from .editing.context import build_edit_inputs
 
     lm = load_model(model_dir)
     obj = ObjectiveConfig()
@@ -159,8 +159,8 @@ def quant_correlation(model_dir: str, layer: int, n_requests: int, K: int, hs: l
     from .methods.common import prepare_context
     from .models import load_model
     from .requests import bundled_path, load_requests
-    from .rome.config import ContextConfig, ObjectiveConfig
-    from .rome.context import build_edit_inputs
+    from .editing.config import ContextConfig, ObjectiveConfig
+    from .editing.context import build_edit_inputs
 
     lm = load_model(model_dir)
     obj = ObjectiveConfig()

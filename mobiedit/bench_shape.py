@@ -74,10 +74,10 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     torch.set_num_threads(1)
     from .quiet import quiet_libraries
     from .forward.quant import QuantConfig
-    from .methods.zo_edit import MobiEditConfig
+    from .methods.mobiedit import MobiEditConfig
     from .models import load_model
     from .requests import bundled_path, load_requests
-    from .rome.config import ROMEConfig
+    from .editing.config import ROMEConfig
     from .session import prepare, run_method
     from .rss import return_freed_memory
     from .zo import ZOConfig

@@ -72,7 +72,3 @@ def load_yaml(cls: type, path: str | Path) -> Any:
         raise ConfigError(f"cannot read YAML ({str(e).splitlines()[0]})", where=str(path),
                           fix="pass a readable YAML file") from None
     return from_dict(cls, data)
-
-
-def dump_yaml(cfg: Any) -> str:
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

@@ -94,7 +94,7 @@ def cmd_demo(args) -> int:
 
     from .resolve import edit_layer_for, resolve_model
     from .families import get_module
-    from .journal import apply_factors
+    from .editing.update import apply_factors
     from .models import load_model
     from .requests import EditRequest, bundled_path, load_requests
 

@@ -51,8 +51,12 @@ class NumericalError(MobiEditError):
     """NaN/Inf in losses, deltas or statistics; the model was left untouched."""
 
 
-class EditFailedError(MobiEditError):
-    """An edit missed its success criterion within budget and was not applied."""
+class LintError(MobiEditError):
+    """An exported program failed the graph lint (:mod:`mobiedit.export.lint`); the message lists the findings."""
+
+
+class LoweringError(MobiEditError):
+    """A program could not be captured or lowered (:mod:`mobiedit.export.lower`)."""
 
 
 class FileSystemError(MobiEditError):

@@ -16,7 +16,7 @@ journal. A crash before the journal write leaves an orphan file that nothing ref
 next record overwrites it).
 
 Math (docs/zo_spec.md §5): ``W_new = W + u w^T`` for ``[out, in]`` weights, ``W + w u^T`` for
-GPT-2's ``Conv1D`` ``[in, out]``; :func:`apply_factors` computes it in float32 and casts back to
+GPT-2's ``Conv1D`` ``[in, out]``; :func:`~mobiedit.editing.update.apply_factors` computes it in float32 and casts back to
 the weight's dtype. A module's weight with edits e1..en active is defined as
 ``apply_factors(...apply_factors(base, e1)..., en)`` in id order; :meth:`Journal.undo` and
 :meth:`Journal.bake` recompute exactly that from ``base.safetensors``, so the result is
@@ -49,6 +49,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from .atomic import atomic_dir, atomic_write_bytes, atomic_write_text, recover_dir, remove_stale_temps
+from .editing.update import apply_factors  # noqa: F401  (the write's arithmetic; re-exported for callers)
 from .errors import JournalError, NumericalError
 from .families import FAMILIES, Family
 from .journal_lock import LOCK_FILE
@@ -156,29 +157,6 @@ def tensor_sha256(t: torch.Tensor) -> str:
     h = hashlib.sha256(f"{flat.dtype}{tuple(t.shape)}".encode())
     h.update(memoryview(flat.view(torch.uint8).numpy()))
     return h.hexdigest()
-
-
-def apply_factors(weight: torch.Tensor, u: torch.Tensor, w: torch.Tensor,
-                  weight_out_in: bool) -> torch.Tensor:
-    """``weight + u w^T`` (``[out, in]``) or ``weight + w u^T`` (``[in, out]``), as a new tensor.
-
-    Computed in float32 (factors cast to float32) and cast back to ``weight.dtype``; elementwise
-    ops only, so the same inputs always give the same bits. Raises JournalError if the factors do
-    not fit the weight and NumericalError if a finite weight would become non-finite (overflow).
-    """
-    u32 = u.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
-    w32 = w.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
-    delta = torch.outer(u32, w32) if weight_out_in else torch.outer(w32, u32)
-    if delta.shape != weight.shape:
-        layout = "[out, in]" if weight_out_in else "[in, out]"
-        raise JournalError(f"factors u[{u32.numel()}], w[{w32.numel()}] do not fit a {layout} weight "
-                           f"of shape {list(weight.shape)}", where="apply_factors",
-                           fix="u has the module's output size, w its input size")
-    out = (weight.detach().to(torch.float32) + delta).to(weight.dtype)
-    if not torch.isfinite(out).all() and torch.isfinite(weight).all():
-        raise NumericalError("the update makes the weight non-finite (overflow)", where="apply_factors",
-                             fix=f"the factors are too large for a {weight.dtype} weight; nothing was changed")
-    return out
 
 
 def _json_ready(value: Any, field: str) -> Any:

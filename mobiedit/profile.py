@@ -37,8 +37,8 @@ class ModelProfile:
         layer_reason: why that layer (trace summary, sweep, or "set by hand").
         stats_corpus: ``wikipedia`` | ``counterfact`` | ``file:NAME`` (a text file in the folder).
         chat_template: answer prompts through the tokenizer's chat template (an instruct model).
-        context: overrides of :class:`~mobiedit.rome.config.ContextConfig` (e.g. ``{"lengths": ...}``).
-        objective: overrides of :class:`~mobiedit.rome.config.ObjectiveConfig` chosen for this model.
+        context: overrides of :class:`~mobiedit.editing.config.ContextConfig` (e.g. ``{"lengths": ...}``).
+        objective: overrides of :class:`~mobiedit.editing.config.ObjectiveConfig` chosen for this model.
         notes: free-form provenance (which trace, which requests, when).
     """
 

@@ -1,23 +1,36 @@
 """What every command resolves from its arguments — the model folder, the edit layer, the
 method's config, the edit requests — shared by the CLI, the demo, the benches and the export
-tools, so that none of them imports the CLI."""
+tools, so that none of them imports the CLI.
+
+The plain-argument forms (:func:`model_dir`, :func:`load_method_config`) are the implementation
+behind :mod:`mobiedit.api`; the ``args`` forms read an argparse namespace.
+"""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
+from typing import Any, Mapping
 
 from .errors import ConfigError
 
 
-def resolve_model(args) -> Path:
-    """``--model DIR|NAME`` or ``--preset NAME`` (the fact LM, trained and cached on first use)."""
-    if getattr(args, "model", None):
+def model_dir(name_or_dir: str | os.PathLike | None, preset: str = "default", progress: bool = True) -> Path:
+    """The local folder of a model: a checkpoint name (``mobiedit model --list``; converted on
+    first use), a folder path, or — when ``name_or_dir`` is None — the fact LM ``preset``
+    (trained and cached on first use). The folder is not checked here (loading does that)."""
+    if name_or_dir:
         from .checkpoints import resolve_model_arg
 
-        return resolve_model_arg(args.model)
+        return resolve_model_arg(name_or_dir)
     from .factlm import ensure_fact_lm
 
-    return ensure_fact_lm(args.preset, progress=not args.quiet)
+    return ensure_fact_lm(preset, progress=progress)
+
+
+def resolve_model(args) -> Path:
+    """``--model DIR|NAME`` or ``--preset NAME`` (the fact LM, trained and cached on first use)."""
+    return model_dir(getattr(args, "model", None), getattr(args, "preset", "default"), not args.quiet)
 
 
 def edit_layer_for(model_dir: Path, override: int | None) -> int:
@@ -27,18 +40,37 @@ def edit_layer_for(model_dir: Path, override: int | None) -> int:
     return resolve_layer(model_dir, override)
 
 
+def load_method_config(method: str, config_path: str | os.PathLike | None = None,
+                       overrides: Mapping[str, Any] | None = None) -> Any:
+    """The config dataclass of ``method`` (:data:`mobiedit.methods.METHODS`): its defaults, the YAML
+    file ``config_path`` merged over them, then the mapping ``overrides`` merged over that
+    (:func:`mobiedit.config_io.merge`: nested mappings change single fields).
+
+    Raises:
+        ConfigError: unknown method (``where="method"``), unreadable YAML, unknown keys or
+            invalid values (``where`` names the dotted field).
+    """
+    from .config_io import load_yaml, merge
+    from .methods import method_entry
+
+    cls, _ = method_entry(method)
+    cfg = load_yaml(cls, config_path) if config_path else cls()
+    return merge(cfg, dict(overrides)) if overrides else cfg
+
+
+def run_overrides(cfg: Any, layer: int, seed: int) -> dict[str, Any]:
+    """The overrides a run applies to a method config: the edit ``layer`` and, for a method with a
+    search (a ``zo`` section), its ``seed``."""
+    searched = any(f.name == "zo" for f in dataclasses.fields(cfg))
+    return {"layer": layer, **({"zo": {"seed": seed}} if searched else {})}
+
+
 def method_config(method: str, layer: int, config_path: str | None, seed: int):
     """The method's dataclass config: YAML file (if any) with ``layer`` and seed applied."""
-    from .config_io import load_yaml
-    from .methods.zo_edit import MobiEditConfig
-    from .rome.config import ROMEConfig
+    from .config_io import merge
 
-    cls = {"rome": ROMEConfig, "mobiedit": MobiEditConfig}[method]
-    cfg = load_yaml(cls, config_path) if config_path else cls()
-    cfg = dataclasses.replace(cfg, layer=layer)
-    if method == "mobiedit":
-        cfg = dataclasses.replace(cfg, zo=dataclasses.replace(cfg.zo, seed=seed))
-    return cfg
+    cfg = load_method_config(method, config_path)
+    return merge(cfg, run_overrides(cfg, layer, seed))
 
 
 def load_cli_requests(args):

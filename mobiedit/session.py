@@ -23,15 +23,15 @@ from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
 from .forward.stream import lower_layers_paged_out
 from .journal import Journal, apply_factors
+from .methods import METHODS, method_name
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
-from .methods.rome import rome_edit
 from .methods.verify import check_written
-from .methods.zo_edit import MobiEditConfig, forward_model, mobiedit_edit
+from .methods.mobiedit import MobiEditConfig, forward_model
 from .models import LoadedModel
-from .rome.update import null_space_projector
+from .editing.update import null_space_projector
 from .errors import ConfigError
 from .requests import EditRequest
-from .rome.config import ROMEConfig
+from .editing.config import ROMEConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ MethodConfig = Union[ROMEConfig, MobiEditConfig]
 
 #: tokens of natural text behind a real model's key statistics (the field asks >= 100k)
 STATS_TOKENS = 131_072
-#: longest statistics text, in tokens (longer texts are cut; rome.stats truncates there too)
+#: longest statistics text, in tokens (longer texts are cut; editing.stats truncates there too)
 STATS_MAX_LEN = 256
 
 
@@ -133,7 +133,7 @@ def seed_edited_keys(lm: LoadedModel, ctx: ModelContext, journal: Journal, layer
     that continues an edited folder). A key at layer ``l`` is the input of that layer's edited
     matrix, which no edit of that matrix changes: recomputed from the recorded request, it is the
     key the edit was solved at. Returns how many keys were added."""
-    from .rome.compute_k import compute_key
+    from .editing.compute_k import compute_key
 
     keys = ctx.edited_keys.setdefault(layer, [])
     n = 0
@@ -153,12 +153,13 @@ def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | N
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
                fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
-    """Dispatch on the config type (a table, not name checks); then, unless ``cfg.verify_write``
-    is off, the verdict of the edited model (:func:`~mobiedit.methods.verify.check_written`)."""
-    if isinstance(cfg, ROMEConfig):
-        out = rome_edit(lm, req, cfg, ctx, on_step)
-    else:
-        out = mobiedit_edit(lm, req, cfg, ctx, fwd_model, on_step)
+    """The edit of ``cfg``'s method (looked up by config type in :data:`~mobiedit.methods.METHODS`,
+    not by name checks); then, unless ``cfg.verify_write`` is off, the verdict of the edited model
+    (:func:`~mobiedit.methods.verify.check_written`). ``fwd_model`` goes to a forward-only method
+    (None: the method builds its own)."""
+    _, edit_fn = METHODS[method_name(cfg)]
+    searched = {"fwd_model": fwd_model} if fwd_model is not None else {}
+    out = edit_fn(lm, req, cfg, ctx, on_step=on_step, **searched)
     if not cfg.verify_write:
         return out
     t0 = time.perf_counter()

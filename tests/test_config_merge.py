@@ -10,9 +10,9 @@ import pytest
 
 from mobiedit.config_io import from_dict, load_yaml, merge
 from mobiedit.errors import ConfigError
-from mobiedit.methods.zo_edit import MobiEditConfig
+from mobiedit.methods.mobiedit import MobiEditConfig
 from mobiedit.resolve import method_config
-from mobiedit.rome.config import ROMEConfig
+from mobiedit.editing.config import ROMEConfig
 
 
 def test_partial_zo_keeps_the_shipped_recipe(tmp_path):

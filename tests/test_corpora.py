@@ -88,7 +88,7 @@ def test_key_statistics_record_their_corpus(tiny_llama_dir, tmp_path, cache_dir)
     import torch
 
     from mobiedit.models import load_model
-    from mobiedit.rome.stats import cached_second_moment, stats_metadata, stats_path
+    from mobiedit.editing.stats import cached_second_moment, stats_metadata, stats_path
     from mobiedit.session import stats_corpus_for
 
     folder = tmp_path / "m"

@@ -20,8 +20,8 @@ from mobiedit.journal import Journal, apply_factors
 from mobiedit.models import load_model
 from mobiedit.outputs import MARKER
 from mobiedit.requests import EditRequest
-from mobiedit.rome.config import ContextConfig, ObjectiveConfig
-from mobiedit.rome.context import build_edit_inputs
+from mobiedit.editing.config import ContextConfig, ObjectiveConfig
+from mobiedit.editing.context import build_edit_inputs
 from mobiedit.termsafe import term_safe
 from mobiedit.zo import ZOConfig
 
@@ -205,7 +205,7 @@ def test_edit_bundle_loop_matches_the_eager_method(tiny_model_dir, bundles, tmp_
     """Bundle edit loop (prefix + edit programs, native ZO) == mobiedit_edit on the HF model."""
     from mobiedit.forward.quant import QuantConfig
     from mobiedit.methods.common import ModelContext
-    from mobiedit.methods.zo_edit import MobiEditConfig, mobiedit_edit
+    from mobiedit.methods.mobiedit import MobiEditConfig, mobiedit_edit
 
     path = _copy(bundles["et"], tmp_path)
     b = load_bundle(path)

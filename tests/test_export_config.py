@@ -50,7 +50,7 @@ def test_the_shipped_recipe_is_the_methods_config_fitted_to_K(K):
     import dataclasses
 
     from mobiedit.export.recipe import ZO_FIELDS, shipped_recipe
-    from mobiedit.methods.zo_edit import MobiEditConfig
+    from mobiedit.methods.mobiedit import MobiEditConfig
 
     cfg, r = MobiEditConfig(), shipped_recipe(K)
     assert r.zo == dataclasses.replace(cfg.zo, n_dirs=max(1, K - 1)) and r.zo.estimator == "fzoo"

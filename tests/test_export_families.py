@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mobiedit.models import load_model
-from mobiedit.rome.config import ContextConfig
+from mobiedit.editing.config import ContextConfig
 
 from mobiedit.export.bundle import export_bundle, load_bundle
 from mobiedit.export.config import EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig

@@ -13,7 +13,7 @@ from mobiedit.evaluate import aggregate, pre_edit_snapshot, score_request
 from mobiedit.factlm import EDIT_LAYER, PRESETS
 from mobiedit.models import load_model
 from mobiedit.requests import bundled_path, load_requests
-from mobiedit.rome.config import ROMEConfig
+from mobiedit.editing.config import ROMEConfig
 from mobiedit.session import edit_independent, prepare
 
 N_EDITS = 12

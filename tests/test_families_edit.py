@@ -12,7 +12,7 @@ from mobiedit.hooks import record
 from mobiedit.models import load_model
 from mobiedit.prompts import prompt_ids, subject_last_index
 from mobiedit.requests import bundled_path, load_requests
-from mobiedit.rome.config import ObjectiveConfig, ROMEConfig
+from mobiedit.editing.config import ObjectiveConfig, ROMEConfig
 from mobiedit.session import apply_outcome, prepare, run_method
 
 

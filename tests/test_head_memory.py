@@ -10,10 +10,10 @@ import torch
 from mobiedit.forward.head import ChunkedHead, lower_head
 from mobiedit.forward.quant import SIDECAR, QuantConfig, quantized_copy
 from mobiedit.forward.quant_save import save_quantized
-from mobiedit.methods.zo_edit import MobiEditConfig
+from mobiedit.methods.mobiedit import MobiEditConfig
 from mobiedit.models import load_model
 from mobiedit.requests import EditRequest
-from mobiedit.rome.config import ContextConfig
+from mobiedit.editing.config import ContextConfig
 from mobiedit.zo import ZOConfig
 
 REQ = EditRequest(case_id="h1", prompt="{} professionally plays the sport", subject="David Robinson",
@@ -106,9 +106,9 @@ def test_stop_after_a_module_runs_nothing_downstream(tiny_llama_dir):
 
 
 def test_kl_reference_at_kept_positions_equals_the_full_logits(tiny_llama_dir):
-    from mobiedit.rome.config import ObjectiveConfig
-    from mobiedit.rome.context import build_edit_inputs
-    from mobiedit.rome.objective import kl_keep, kl_logprobs
+    from mobiedit.editing.config import ObjectiveConfig
+    from mobiedit.editing.context import build_edit_inputs
+    from mobiedit.editing.objective import kl_keep, kl_logprobs
 
     lm = load_model(tiny_llama_dir)
     inputs = build_edit_inputs(lm.tokenizer, REQ, ["{}", "A b. {}", "Some longer context here. {}"], ObjectiveConfig())
@@ -122,8 +122,8 @@ def test_kl_reference_at_kept_positions_equals_the_full_logits(tiny_llama_dir):
 def test_k_chunked_prefix_graph_equals_one_pass(tiny_llama_dir):
     from mobiedit.forward.graph import PrefixGraph
     from mobiedit.forward.prefix import compute_prefix_state
-    from mobiedit.rome.config import ObjectiveConfig
-    from mobiedit.rome.context import build_edit_inputs
+    from mobiedit.editing.config import ObjectiveConfig
+    from mobiedit.editing.context import build_edit_inputs
 
     lm = load_model(tiny_llama_dir)
     obj = ObjectiveConfig()

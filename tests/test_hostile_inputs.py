@@ -117,7 +117,7 @@ def test_the_recipe_comes_from_the_manifest_else_the_shipped_one(tmp_path):
     """A manifest's recipe is what hosts edit with; a bundle exported before the recipe was
     written (no ``recipe``) gets the shipped one, n_dirs fitted to its edit_K."""
     from mobiedit.export.recipe import recipe_of, shipped_recipe
-    from mobiedit.methods.zo_edit import MobiEditConfig
+    from mobiedit.methods.mobiedit import MobiEditConfig
 
     m = valid_manifest(tmp_path)
     m["recipe"]["zo"].update(lr=0.3, n_dirs=8, seed=5)

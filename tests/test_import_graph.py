@@ -1,18 +1,22 @@
 """Dependencies run one way (issue 15): no import circles in the installed package — imports made
-inside functions included —, nothing imports a CLI module but the CLI, the algorithm core never
-imports the layers above it, and the harnesses are not in the package. ``python
-tools/import_graph.py --lazy`` prints the same report."""
+inside functions included —, nothing imports a CLI module but the CLI, no module imports a module
+of a higher layer (``tools/import_graph.py`` ``LAYERS``: cli > harness > api > session > methods >
+core > base), and the harnesses are not in the package. ``python tools/import_graph.py --lazy``
+prints the same report."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from tools.import_graph import edges, modules, report
+from tools.import_graph import LAYERS, cli_modules, edges, layer_of, modules, report, unassigned, upward_edges
 
-CORE = ("mobiedit.zo", "mobiedit.rome", "mobiedit.forward", "mobiedit.methods", "mobiedit.families",
-        "mobiedit.errors", "mobiedit.models", "mobiedit.hooks")
-ABOVE_CORE = ("mobiedit.cli", "mobiedit.demo", "mobiedit.bench", "mobiedit.export", "mobiedit.session",
-              "mobiedit.factlm", "mobiedit.sequential", "mobiedit.resolve", "mobiedit.api")
-CLI = {"mobiedit.cli", "mobiedit.export.cli"}
+#: Upward imports that stay for now, each with the reason; the list may only shrink.
+ALLOWED_UPWARD = {
+    # models.load_model reads the `mobiedit quantize` sidecar and re-lowers a pre-quantized folder
+    # with forward.quant's read_sidecar / lower_loaded (a lazy import). The fix is to move those two
+    # into the model I/O layer (structure review §4, model_io/quantized.py); forward/quant.py belongs
+    # to the search-driver work running at the same time, so it is not split in this change.
+    ("mobiedit.models", "mobiedit.forward.quant"),
+}
 
 
 def test_no_import_circles_even_through_imports_inside_functions():
@@ -20,23 +24,58 @@ def test_no_import_circles_even_through_imports_inside_functions():
 
 
 def test_nothing_but_the_cli_imports_the_cli():
-    graph = edges(modules(), lazy=True)
-    bad = {m: sorted(ts & CLI) for m, ts in graph.items() if ts & CLI and m not in CLI}
+    mods = modules()
+    cli = cli_modules(mods)
+    assert {"mobiedit.cli", "mobiedit.cli.edit", "mobiedit.export.cli"} <= cli
+    graph = edges(mods, lazy=True)
+    bad = {m: sorted(ts & cli) for m, ts in graph.items() if ts & cli and m not in cli}
     assert bad == {}
 
 
-def test_the_core_never_imports_upward():
-    graph = edges(modules(), lazy=True)
-    bad = sorted((m, t) for m, ts in graph.items() if m.startswith(CORE) for t in ts if t.startswith(ABOVE_CORE))
-    assert bad == []
+def test_every_module_has_a_layer():
+    assert unassigned(modules()) == [], "add the module to LAYERS in tools/import_graph.py"
+
+
+def test_no_module_imports_a_higher_layer():
+    up = set(upward_edges(edges(modules(), lazy=True)))
+    assert sorted(up - ALLOWED_UPWARD) == [], "an import goes up the LAYERS table"
+    assert sorted(ALLOWED_UPWARD - up) == [], "fixed: remove it from ALLOWED_UPWARD"
+
+
+def test_the_layer_check_reports_an_upward_edge():
+    """The checker itself, on a synthetic graph: a session module importing the CLI, a method
+    importing the session and a core module importing a method are reported; downward and
+    same-layer imports are not."""
+    graph = {
+        "mobiedit.cli.edit": {"mobiedit.api", "mobiedit.cli._common"},
+        "mobiedit.api": {"mobiedit.session"},
+        "mobiedit.session": {"mobiedit.methods.rome", "mobiedit.cli"},
+        "mobiedit.methods.rome": {"mobiedit.session", "mobiedit.editing.compute_v", "mobiedit.methods.common"},
+        "mobiedit.editing.compute_v": {"mobiedit.forward.graph", "mobiedit.methods.mobiedit"},
+        "mobiedit.export.pipeline": {"mobiedit.session"},
+    }
+    assert upward_edges(graph) == [("mobiedit.editing.compute_v", "mobiedit.methods.mobiedit"),
+                                   ("mobiedit.methods.rome", "mobiedit.session"),
+                                   ("mobiedit.session", "mobiedit.cli")]
+    assert layer_of("mobiedit.export.cli")[1] == "cli" and layer_of("mobiedit.export.ops")[1] == "session"
+    assert layer_of("mobiedit.bench_prefix")[1] == "harness" and layer_of("mobiedit")[1] == "base"
+    assert unassigned(["mobiedit.brand_new", "mobiedit.forward.brand_new"]) == ["mobiedit.brand_new"]
+    toy = (("top", ("pkg.a",)), ("bottom", ("pkg.b",)))
+    assert upward_edges({"pkg.b.x": {"pkg.a"}, "pkg.a": {"pkg.b.x"}}, toy) == [("pkg.b.x", "pkg.a")]
+
+
+def test_the_layers_follow_the_design_order():
+    names = [name for name, _ in LAYERS]
+    assert names == ["cli", "harness", "api", "session", "methods", "core", "base"]
 
 
 def test_the_core_does_not_reach_the_fact_lm_trainer():
     """The fact LM is one model among others: only the CLI-side modules that build it import it."""
-    graph = edges(modules(), lazy=True)
+    mods = modules()
+    graph = edges(mods, lazy=True)
     users = sorted(m for m, ts in graph.items() if any(t.startswith("mobiedit.factlm") for t in ts)
-                   and not m.startswith("mobiedit.factlm"))
-    assert set(users) <= {"mobiedit.cli", "mobiedit.resolve", "mobiedit.sequential", "mobiedit.bench_shape",
+                   and not m.startswith("mobiedit.factlm") and m not in cli_modules(mods))
+    assert set(users) <= {"mobiedit.resolve", "mobiedit.sequential", "mobiedit.bench_shape",
                           "mobiedit.export.bench"}, users
 
 

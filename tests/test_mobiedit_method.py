@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from mobiedit.journal import Journal
-from mobiedit.methods.zo_edit import MobiEditConfig
+from mobiedit.methods.mobiedit import MobiEditConfig
 from mobiedit.forward.quant import QuantConfig
 from mobiedit.models import load_model
 from mobiedit.requests import EditRequest
-from mobiedit.rome.config import ContextConfig
+from mobiedit.editing.config import ContextConfig
 from mobiedit.session import edit_sequential, prepare
 from mobiedit.zo import ZOConfig
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from mobiedit.errors import ConfigError, NumericalError
-from mobiedit.rome.config import UpdateConfig
-from mobiedit.rome.update import null_space_direction, null_space_projector, rank_one_factors
+from mobiedit.editing.config import UpdateConfig
+from mobiedit.editing.update import null_space_direction, null_space_projector, rank_one_factors
 
 
 def _stats(d=16, seed=0):
@@ -57,7 +57,7 @@ def test_sequential_session_solves_against_earlier_keys_and_undo_is_bit_exact(ti
     from mobiedit.journal import Journal
     from mobiedit.models import load_model
     from mobiedit.requests import EditRequest
-    from mobiedit.rome.config import ContextConfig, ROMEConfig
+    from mobiedit.editing.config import ContextConfig, ROMEConfig
     from mobiedit.session import edit_sequential, prepare, seed_edited_keys
 
     import shutil

@@ -34,7 +34,7 @@ def reqs():
 def _ctx(lm, layer=0, stats=None):
     """Context templates (2 short ones) and, if given, key statistics for ``layer``."""
     from mobiedit.methods.common import prepare_context
-    from mobiedit.rome.config import ContextConfig
+    from mobiedit.editing.config import ContextConfig
 
     ctx = prepare_context(lm, [layer], ContextConfig(lengths=((2, 2),)), None, torch.Generator().manual_seed(0))
     if stats is not None:
@@ -43,8 +43,8 @@ def _ctx(lm, layer=0, stats=None):
 
 
 def _mobiedit_cfg(**zo):
-    from mobiedit.methods.zo_edit import MobiEditConfig
-    from mobiedit.rome.config import ContextConfig
+    from mobiedit.methods.mobiedit import MobiEditConfig
+    from mobiedit.editing.config import ContextConfig
     from mobiedit.zo import ZOConfig
 
     z = dict(estimator="fzoo", n_dirs=4, h=0.05, optimizer="adam", lr=0.5, max_steps=6, seed=0) | zo
@@ -52,7 +52,7 @@ def _mobiedit_cfg(**zo):
 
 
 def _rome_cfg(**kw):
-    from mobiedit.rome.config import ContextConfig, ROMEConfig
+    from mobiedit.editing.config import ContextConfig, ROMEConfig
 
     return ROMEConfig(**(dict(layer=0, steps=3, context=ContextConfig(lengths=((2, 2),))) | kw))
 
@@ -82,7 +82,7 @@ def poison_graph(monkeypatch):
     """Make the forward-only graph return ``value`` losses from its ``after``-th call on; records
     which ZO backend ran."""
     from mobiedit import zo
-    from mobiedit.methods import zo_edit
+    from mobiedit.methods import mobiedit as mobiedit_method
 
     backends = []
     real_native = zo.run_native
@@ -94,23 +94,26 @@ def poison_graph(monkeypatch):
     monkeypatch.setattr(zo, "run_native", spy)
 
     def arm(value, after=0, alternate=False):
-        real = zo_edit.build_graph
+        real = mobiedit_method.build_graph
         calls = [0]
 
         def poisoned(*a, **k):
             graph, state, inputs = real(*a, **k)
 
-            def g(D):
-                losses, correct = graph(D)
-                calls[0] += 1
-                if calls[0] > after:
-                    losses = torch.full_like(losses, value)
-                    if alternate:
-                        losses[1::2] = -value
-                return losses, correct
-            return g, state, inputs
+            class Poisoned:  # a driver.EditGraph: the real graph's sizes, poisoned losses
+                n_rows, n_rewrite, target_len = graph.n_rows, graph.n_rewrite, graph.target_len
 
-        monkeypatch.setattr(zo_edit, "build_graph", poisoned)
+                def __call__(self, D):
+                    losses, correct = graph(D)
+                    calls[0] += 1
+                    if calls[0] > after:
+                        losses = torch.full_like(losses, value)
+                        if alternate:
+                            losses[1::2] = -value
+                    return losses, correct
+            return Poisoned(), state, inputs
+
+        monkeypatch.setattr(mobiedit_method, "build_graph", poisoned)
         return backends
 
     return arm
@@ -184,7 +187,7 @@ def test_non_finite_rome_delta_stops_the_edit(lm, reqs, tmp_path, monkeypatch, f
 
 def test_nan_rome_loss_stops_the_edit(lm, reqs, tmp_path, monkeypatch):
     """A NaN objective poisons Adam's delta; the edit stops before anything is written."""
-    from mobiedit.rome import compute_v as cv
+    from mobiedit.editing import compute_v as cv
 
     real = cv.value_loss
     monkeypatch.setattr(cv, "value_loss", lambda *a, **k: real(*a, **k) * NAN)
@@ -201,7 +204,9 @@ def test_finite_factors_that_overflow_the_weight_are_not_applied(lm, reqs, tmp_p
         out = real(*a, **k)
         return dataclasses.replace(out, u=torch.full_like(out.u, 3e38), w=torch.full_like(out.w, 1e10))
 
-    monkeypatch.setattr("mobiedit.session.rome_edit", huge)
+    from mobiedit.methods import METHODS
+
+    monkeypatch.setitem(METHODS, "rome", (METHODS["rome"][0], huge))  # the session looks methods up here
     _edit_fails_untouched(lm, reqs[0], _rome_cfg(), _ctx(lm), tmp_path / "j", "overflow")
 
 
@@ -249,7 +254,7 @@ def test_cli_nan_statistics_exit_2_and_write_nothing(tiny_llama_dir, tmp_path, c
     """Key statistics that come back NaN (e.g. a damaged cache): exit code 2, one line naming the
     rank-one update, no output folder, no temporaries, input model untouched."""
     from tools.reliability.killtest import folder_digest, temps_in
-    from mobiedit.rome import stats
+    from mobiedit.editing import stats
 
     monkeypatch.setenv("MOBIEDIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(stats, "second_moment_counted", lambda model, family, layer, *a, **k: (torch.full(

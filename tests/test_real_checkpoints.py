@@ -14,8 +14,8 @@ from mobiedit.forward.prefix import compute_prefix_state
 from mobiedit.models import load_model
 from mobiedit.profile import ModelProfile, read_profile, resolve_layer, write_profile
 from mobiedit.requests import EditRequest
-from mobiedit.rome.config import ObjectiveConfig
-from mobiedit.rome.context import build_edit_inputs
+from mobiedit.editing.config import ObjectiveConfig
+from mobiedit.editing.context import build_edit_inputs
 
 TEMPLATES = ["{}", "The man said that. {}", "Because of the rain in the city, {}"]
 REQ = EditRequest(case_id="t", prompt="{} professionally plays the sport", subject="David Robinson",

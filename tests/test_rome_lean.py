@@ -10,9 +10,9 @@ import torch
 
 from mobiedit.models import load_model
 from mobiedit.requests import bundled_path, load_requests
-from mobiedit.rome.compute_v import compute_v
-from mobiedit.rome.config import ObjectiveConfig, ROMEConfig
-from mobiedit.rome.context import build_edit_inputs, generate_context_templates
+from mobiedit.editing.compute_v import compute_v
+from mobiedit.editing.config import ObjectiveConfig, ROMEConfig
+from mobiedit.editing.context import build_edit_inputs, generate_context_templates
 
 
 @pytest.mark.parametrize("layer", [0, 1])

@@ -12,10 +12,10 @@ from mobiedit.families import get_module
 from mobiedit.forward.quant import QuantConfig, quantized_copy
 from mobiedit.forward.quant_save import save_quantized
 from mobiedit.forward.stream import lower_layers_paged_out
-from mobiedit.methods.zo_edit import MobiEditConfig
+from mobiedit.methods.mobiedit import MobiEditConfig
 from mobiedit.models import load_model
 from mobiedit.requests import EditRequest
-from mobiedit.rome.config import ContextConfig
+from mobiedit.editing.config import ContextConfig
 from mobiedit.rss import file_backed_ranges
 from mobiedit.zo import ZOConfig
 

@@ -1,13 +1,13 @@
-"""The success criterion shared by ROME, MobiEdit and the bundle path (rome.objective.edit_holds)."""
+"""The success criterion shared by ROME, MobiEdit and the bundle path (editing.objective.edit_holds)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from mobiedit.errors import ConfigError
-from mobiedit.methods.zo_edit import MobiEditConfig
-from mobiedit.rome.config import ROMEConfig
-from mobiedit.rome.objective import edit_holds
+from mobiedit.methods.mobiedit import MobiEditConfig
+from mobiedit.editing.config import ROMEConfig
+from mobiedit.editing.objective import edit_holds
 
 
 def rows(n_true: int, n: int = 10, plain: bool = True) -> torch.Tensor:

@@ -8,11 +8,11 @@ import torch
 
 from mobiedit.forward.quant import QuantConfig
 from mobiedit.methods.verify import check_written
-from mobiedit.methods.zo_edit import MobiEditConfig
+from mobiedit.methods.mobiedit import MobiEditConfig
 from mobiedit.models import load_model
 from mobiedit.prompts import prompt_ids, target_ids
 from mobiedit.requests import EditRequest
-from mobiedit.rome.config import ContextConfig, ROMEConfig
+from mobiedit.editing.config import ContextConfig, ROMEConfig
 from mobiedit.session import apply_outcome, prepare, run_method
 from mobiedit.zo import ZOConfig
 

@@ -3,8 +3,9 @@
     python tools/import_graph.py [--lazy] [--json F]
 
 Prints every strongly connected component of more than one module (an import circle), every
-module that imports ``mobiedit.cli``, and lines per package. Module-level imports only by default;
-``--lazy`` adds imports made inside functions (they are still dependencies, only deferred).
+module outside the CLI that imports a CLI module, every import that goes up the :data:`LAYERS`
+table, and lines per package. Module-level imports only by default; ``--lazy`` adds imports made
+inside functions (they are still dependencies, only deferred).
 """
 from __future__ import annotations
 
@@ -17,6 +18,67 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"mobiedit": ROOT / "mobiedit", "mobiedit.export": ROOT / "export"}
+
+#: The dependency direction (issue 15), highest layer first: a module may import modules of its own
+#: layer and of the layers below it, never of a layer above. An entry names a module and, when it is
+#: a package, everything in it; the most specific entry wins. The root package ``mobiedit`` is
+#: matched only by itself, so a new top-level module must be placed here (else it is "unassigned").
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cli", ("mobiedit.cli", "mobiedit.export.cli")),
+    # benchmarks and harness verbs: above the library API, which they (should) use
+    ("harness", ("mobiedit.bench", "mobiedit.bench_prefix", "mobiedit.bench_shape", "mobiedit.demo",
+                 "mobiedit.sequential", "mobiedit.rowlog", "mobiedit.zo.bench_overhead", "mobiedit.export.bench",
+                 "mobiedit.export.bench_flags", "mobiedit.export.quality")),
+    ("api", ("mobiedit.api", "mobiedit.resolve")),
+    # the edit session; the exporter sits beside it, and so do the fact-LM producer and undo
+    ("session", ("mobiedit.session", "mobiedit.export", "mobiedit.factlm", "mobiedit.undo")),
+    ("methods", ("mobiedit.methods",)),
+    # the algorithm: search driver and recipes, graphs, shared ROME-family steps, ZO loop, journal, metrics
+    ("core", ("mobiedit.driver", "mobiedit.recipes", "mobiedit.forward", "mobiedit.editing", "mobiedit.zo",
+              "mobiedit.journal", "mobiedit.journal_guard", "mobiedit.evaluate", "mobiedit.ability",
+              "mobiedit.causal_trace", "mobiedit.known")),
+    # model I/O, families, requests, errors and small utilities
+    ("base", ("mobiedit", "mobiedit.errors", "mobiedit.families", "mobiedit.models", "mobiedit.checkpoints",
+              "mobiedit.weights_check", "mobiedit.profile", "mobiedit.requests", "mobiedit.prompts",
+              "mobiedit.config_io", "mobiedit.corpora", "mobiedit.hooks", "mobiedit.outputs", "mobiedit.atomic",
+              "mobiedit.jsonio", "mobiedit.journal_lock", "mobiedit.digest", "mobiedit.paths", "mobiedit.rss",
+              "mobiedit.termsafe", "mobiedit.quiet")),
+)
+ROOT_PACKAGE = "mobiedit"
+
+
+def layer_of(mod: str, layers=LAYERS) -> tuple[int, str] | None:
+    """(rank, name) of ``mod``'s layer — rank 0 is the top — or None when no entry covers it."""
+    best: tuple[int, int, str] | None = None  # (length of the entry, rank, name)
+    for rank, (name, entries) in enumerate(layers):
+        for e in entries:
+            covers = mod == e or (e != ROOT_PACKAGE and mod.startswith(e + "."))
+            if covers and (best is None or len(e) > best[0]):
+                best = (len(e), rank, name)
+    return None if best is None else (best[1], best[2])
+
+
+def upward_edges(graph: dict[str, set[str]], layers=LAYERS) -> list[tuple[str, str]]:
+    """``(importer, imported)`` for every import of a module in a higher layer than the importer's
+    (modules no entry covers are reported by :func:`unassigned`, not here)."""
+    out = []
+    for mod, targets in graph.items():
+        src = layer_of(mod, layers)
+        for t in targets:
+            dst = layer_of(t, layers)
+            if src is not None and dst is not None and dst[0] < src[0]:
+                out.append((mod, t))
+    return sorted(out)
+
+
+def unassigned(mods, layers=LAYERS) -> list[str]:
+    """Modules of the package that no :data:`LAYERS` entry covers."""
+    return sorted(m for m in mods if layer_of(m, layers) is None)
+
+
+def cli_modules(mods) -> set[str]:
+    """The modules of the ``cli`` layer."""
+    return {m for m in mods if (layer_of(m) or (None, ""))[1] == "cli"}
 
 
 def modules() -> dict[str, Path]:
@@ -103,9 +165,12 @@ def report(lazy: bool) -> dict:
     for mod, f in mods.items():
         pkg = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
         lines[pkg] += len(f.read_text().splitlines())
+    cli = cli_modules(mods)
     return {"lazy": lazy, "modules": len(mods), "edges": sum(map(len, graph.values())),
             "cycles": cycles(graph),
-            "import_cli": sorted(m for m, ts in graph.items() if "mobiedit.cli" in ts),
+            "import_cli": sorted(m for m, ts in graph.items() if ts & cli and m not in cli),
+            "upward": [list(e) for e in upward_edges(graph)], "unassigned": unassigned(mods),
+            "layers": {m: layer_of(m)[1] for m in sorted(mods) if layer_of(m)},
             "lines_per_package": dict(sorted(lines.items()))}
 
 
@@ -119,7 +184,11 @@ def main(argv=None) -> int:
     print(f"import circles: {len(r['cycles'])}")
     for c in r["cycles"]:
         print("  " + " <-> ".join(c))
-    print("modules importing mobiedit.cli: " + (", ".join(r["import_cli"]) or "none"))
+    print("modules outside the CLI importing a CLI module: " + (", ".join(r["import_cli"]) or "none"))
+    print(f"upward imports (layers: {' > '.join(name for name, _ in LAYERS)}): {len(r['upward'])}")
+    for mod, t in r["upward"]:
+        print(f"  {mod} ({r['layers'][mod]}) -> {t} ({r['layers'][t]})")
+    print("modules in no layer: " + (", ".join(r["unassigned"]) or "none"))
     print("lines per package:")
     for k, v in r["lines_per_package"].items():
         print(f"  {k:32s} {v:6d}")

@@ -28,9 +28,9 @@ def main() -> None:
     from mobiedit.checkpoints import resolve_model_arg
     from mobiedit.models import load_model
     from mobiedit.requests import load_requests
-    from mobiedit.rome.compute_v import compute_v
-    from mobiedit.rome.config import ROMEConfig
-    from mobiedit.rome.context import build_edit_inputs, generate_context_templates
+    from mobiedit.editing.compute_v import compute_v
+    from mobiedit.editing.config import ROMEConfig
+    from mobiedit.editing.context import build_edit_inputs, generate_context_templates
 
     torch.set_num_threads(1)
     lm = load_model(resolve_model_arg(args.model))

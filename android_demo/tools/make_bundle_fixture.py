@@ -119,8 +119,8 @@ def edit_case(bundle_dir: Path) -> dict:
     from mobiedit.export.ops import edit_shapes_of
     from mobiedit.export.packing import edit_feed, pack_edit
     from mobiedit.requests import requests_from_cli
-    from mobiedit.rome.config import ObjectiveConfig
-    from mobiedit.rome.context import build_edit_inputs
+    from mobiedit.editing.config import ObjectiveConfig
+    from mobiedit.editing.context import build_edit_inputs
     from mobiedit.zo.rank_one import rank_one_factors
 
     b = load_bundle(bundle_dir)

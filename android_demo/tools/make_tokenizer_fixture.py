@@ -4,7 +4,7 @@ Trains a byte-level BPE exactly like mobiedit/factlm/train.py:train_tokenizer (s
 decoder, special tokens and BOS template) on a few sentences, then writes
   app/src/test/resources/fixtures/tokenizer.json   the HF tokenizers file
   app/src/test/resources/fixtures/tokenizer_cases.json   [{"text", "ids", "ids_no_special", "decoded"}]
-  app/src/test/resources/fixtures/edit_batch_case.json   mobiedit.rome.context.build_edit_inputs output
+  app/src/test/resources/fixtures/edit_batch_case.json   mobiedit.editing.context.build_edit_inputs output
 so ByteLevelBpeTest / EditBatchBuilderTest can check the Java code against the real libraries.
 Usage (from the repo root, with the project venv): .venv/bin/python android_demo/tools/make_tokenizer_fixture.py
 """
@@ -56,8 +56,8 @@ def write_batch_case(tk) -> None:
     from transformers import PreTrainedTokenizerFast
 
     from mobiedit.requests import requests_from_cli
-    from mobiedit.rome.config import ObjectiveConfig
-    from mobiedit.rome.context import build_edit_inputs
+    from mobiedit.editing.config import ObjectiveConfig
+    from mobiedit.editing.context import build_edit_inputs
 
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token=BOS, eos_token=EOS, pad_token=PAD)
     req = requests_from_cli("Danielle Darrieux", "The mother tongue of Danielle Darrieux is", "French")[0]

@@ -1,12 +1,14 @@
 """The forward-only edit graph: K value deltas in, K losses out — no autograd anywhere.
 
-Two implementations of the same objective (:mod:`mobiedit.rome.objective`):
+Two implementations of the same objective (:mod:`mobiedit.editing.objective`):
   * :class:`PrefixGraph` reuses the per-edit :class:`PrefixState` and runs only layers > ``l``
     on the suffix positions (the product path);
   * :class:`FullGraph` runs the whole model on every prompt with the delta hooked in (the
     reference, and the "no prefix reuse" benchmark row).
-Both return ``(losses [K], correct [K, n_rewrite])`` where ``correct`` is the share of target
-tokens that are the argmax in each rewrite prompt (1.0 = the edit holds teacher-forced).
+Both implement :class:`mobiedit.driver.EditGraph`: ``(losses [K], correct [K, n_rewrite])`` where
+``correct`` counts the target tokens that are the argmax in each rewrite prompt (a sum of 0/1
+terms, exact in float32; ``correct == target_len``: the edit holds teacher-forced there), as the
+exported edit program (:class:`mobiedit.export.graphs.EditModule`) does.
 """
 from __future__ import annotations
 
@@ -14,24 +16,11 @@ import torch
 
 from ..families import Family, get_module, n_layers
 from ..hooks import add_at_positions, rewrite_output
-from ..rome.config import ObjectiveConfig
-from ..rome.context import EditInputs
-from ..rome.objective import kl_logprobs, nll_per_prompt
+from ..editing.config import ObjectiveConfig
+from ..editing.context import EditInputs
+from ..editing.objective import decay_term, kl_logprobs, kl_rows, nll_per_prompt
+from .kv import RecordingKV
 from .prefix import PrefixState
-
-
-class _PrefixKV:
-    """A read-only K/V cache: ``update`` returns prefix ⊕ new without storing anything.
-
-    HF attention modules call ``past_key_values.update(k, v, layer_idx)``; this makes each call
-    see the edit's fixed prefix keys/values, so the graph is a pure function of its inputs.
-    """
-
-    def __init__(self, keys: dict[int, torch.Tensor], values: dict[int, torch.Tensor]) -> None:
-        self.keys, self.values = keys, values
-
-    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, *args, **kwargs):
-        return torch.cat([self.keys[layer_idx], k], dim=2), torch.cat([self.values[layer_idx], v], dim=2)
 
 
 def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_elems: int
@@ -73,7 +62,7 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
 def _readout_loss(head: torch.nn.Module, h: torch.Tensor, st_row: torch.Tensor, label: torch.Tensor,
                   n_rewrite: int, target_len: int, kl_ref: torch.Tensor, wd_term: torch.Tensor,
                   cfg: ObjectiveConfig, max_elems: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss and per-prompt correctness from the read-out hidden states ``h`` [K, R, d].
+    """Loss [K] and per-prompt target counts [K, n_rewrite] from the read-out hidden states ``h`` [K, R, d].
 
     Log-probs as ``logit − logsumexp``, read only where needed (the target tokens, the KL rows),
     from :func:`_readout`'s vocabulary slices: no [K, R, V] logits or log-softmax copy — the
@@ -87,9 +76,8 @@ def _readout_loss(head: torch.nn.Module, h: torch.Tensor, st_row: torch.Tensor, 
     nll = torch.zeros(K, n_rewrite, dtype=lp_t.dtype, device=lp_t.device).index_add_(1, rows_t, -lp_t)
     nll = (nll / target_len).mean(-1)
     hit = (argmax[:, is_t] == label[is_t]).to(lp_t.dtype)
-    correct = torch.zeros(K, n_rewrite, dtype=lp_t.dtype, device=lp_t.device).index_add_(1, rows_t, hit) / target_len
-    new = kl_logits - lse[:, ~is_t].unsqueeze(-1)
-    kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
+    correct = torch.zeros(K, n_rewrite, dtype=lp_t.dtype, device=lp_t.device).index_add_(1, rows_t, hit)
+    kl = kl_rows(kl_ref, kl_logits - lse[:, ~is_t].unsqueeze(-1)).mean(-1)
     return nll + cfg.kl_factor * kl + wd_term, correct
 
 
@@ -112,6 +100,7 @@ class PrefixGraph(torch.nn.Module):
         self.cfg = cfg
         self.v_init_norm = float(state.v_init.norm())
         B, S, _ = state.shape
+        self.n_rows, self.n_rewrite, self.target_len = B, state.n_rewrite, state.target_len  # driver.EditGraph
         # deltas per pass through the blocks, so that the widest activation (the MLP's hidden
         # layer, [k·B·S, d_ff]) stays within max_act_elems: same arithmetic, bounded transients
         self.k_chunk = max(1, max_act_elems // (B * S * _widest(self.blocks, state.h_suffix.shape[-1])))
@@ -136,13 +125,13 @@ class PrefixGraph(torch.nn.Module):
         x = x.reshape(K * B, S, d)
         mask = st.mask.repeat(K, 1, 1, 1)
         pe = {t: (c.repeat(K, 1, 1), s_.repeat(K, 1, 1)) for t, (c, s_) in st.pe.items()}
-        cache = _PrefixKV({i: st.prefix_k[n].repeat(K, 1, 1, 1) for n, i in enumerate(self.block_idx)},
-                          {i: st.prefix_v[n].repeat(K, 1, 1, 1) for n, i in enumerate(self.block_idx)})
+        cache = RecordingKV({i: (st.prefix_k[n].repeat(K, 1, 1, 1), st.prefix_v[n].repeat(K, 1, 1, 1))
+                             for n, i in enumerate(self.block_idx)}, record=False)
         for blk, kind in zip(self.blocks, st.block_types):
             x = blk(x, attention_mask=mask, position_embeddings=pe.get(kind), past_key_values=cache)
         flat = st.readout_row * S + st.readout_pos
         h = self.norm(x.view(K, B * S, d)[:, flat])
-        wd = self.cfg.weight_decay * deltas.float().norm(dim=-1) / self.v_init_norm ** 2
+        wd = decay_term(deltas.float().norm(dim=-1), self.v_init_norm, self.cfg)
         # the LM head by vocabulary slices of at most max_logit_elems logits
         return _readout_loss(self.head, h, st.readout_row, st.readout_label, st.n_rewrite, st.target_len,
                              st.kl_ref, wd, self.cfg, self.max_logit_elems)
@@ -163,6 +152,8 @@ class FullGraph(torch.nn.Module):
         self.model, self.inputs, self.state, self.cfg = model, inputs, state, cfg
         self.mod = get_module(model, family.mlp_out, layer)
         self.v_init_norm = float(state.v_init.norm())
+        self.n_rows = inputs.batch.input_ids.shape[0]  # driver.EditGraph
+        self.n_rewrite, self.target_len = inputs.n_rewrite, inputs.target_len
 
     @torch.inference_mode()
     def forward(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,10 +166,9 @@ class FullGraph(torch.nn.Module):
                                 attention_mask=b.attention_mask.repeat(K, 1)).logits
         logits = logits.view(K, B, *logits.shape[1:])
         nll_rows = nll_per_prompt(logits, self.inputs)
-        new = kl_logprobs(logits, self.inputs)
-        kl = (self.state.kl_ref.exp() * (self.state.kl_ref - new)).sum(-1).mean(-1)
-        wd = self.cfg.weight_decay * deltas.float().norm(dim=-1) / self.v_init_norm ** 2
+        kl = kl_rows(self.state.kl_ref, kl_logprobs(logits, self.inputs)).mean(-1)
+        wd = decay_term(deltas.float().norm(dim=-1), self.v_init_norm, self.cfg)
         n = self.inputs.n_rewrite
         lab = b.labels[:n]
-        hit = ((logits[:, :n].argmax(-1) == lab) & (lab != -100)).float().sum(-1) / self.inputs.target_len
+        hit = ((logits[:, :n].argmax(-1) == lab) & (lab != -100)).float().sum(-1)  # counts per row
         return nll_rows.mean(-1) + self.cfg.kl_factor * kl + wd, hit

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..families import Family, check_window, get_module, layer_types, n_layers, rotary_tables
-from ..rome.context import EditInputs
+from ..editing.context import EditInputs
 
 
 @dataclass
@@ -111,7 +111,7 @@ def readouts(inputs: EditInputs, s: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) -> PrefixState:
     """One unedited forward → the :class:`PrefixState` of this edit at ``layer``."""
-    from ..rome.objective import kl_keep, kl_logprobs
+    from ..editing.objective import kl_keep, kl_logprobs
 
     dev = next(model.parameters()).device
     b = inputs.batch.to(dev)

@@ -8,11 +8,11 @@ from typing import Callable
 
 import torch
 
-from ..families import Family, get_module
+from ..families import Family
 from ..models import LoadedModel
-from ..rome.config import ContextConfig
-from ..rome.context import generate_context_templates
-from ..rome.stats import cached_second_moment
+from ..editing.config import ContextConfig
+from ..editing.context import generate_context_templates
+from ..editing.stats import cached_second_moment
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,3 @@ class EditOutcome:
 
 def module_name(family: Family, layer: int) -> str:
     return family.mlp_out.format(layer)
-
-
-def edited_weight(lm: LoadedModel, layer: int) -> torch.nn.Parameter:
-    return get_module(lm.model, lm.family.mlp_out, layer).weight

@@ -7,11 +7,11 @@ import torch
 
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..rome.compute_k import compute_key
-from ..rome.compute_v import compute_v
-from ..rome.config import ROMEConfig, UpdateConfig
-from ..rome.context import build_edit_inputs
-from ..rome.update import null_space_direction, rank_one_factors, solve_c
+from ..editing.compute_k import compute_key
+from ..editing.compute_v import compute_v
+from ..editing.config import ROMEConfig, UpdateConfig
+from ..editing.context import build_edit_inputs
+from ..editing.update import null_space_direction, rank_one_factors, solve_c
 from .common import EditOutcome, ModelContext, StepFn, module_name
 
 
@@ -22,7 +22,7 @@ def factors_from_delta(lm: LoadedModel, ctx: ModelContext, req: EditRequest, lay
 
     The key and current output are measured on the float model ``lm``, whatever graph found the
     delta, so the update is exact for the weights it is applied to. ``update`` picks ``w``'s
-    direction (:class:`~mobiedit.rome.config.UpdateConfig`: ROME's ``C⁻¹k̄`` by default, or
+    direction (:class:`~mobiedit.editing.config.UpdateConfig`: ROME's ``C⁻¹k̄`` by default, or
     AlphaEdit's null-space solve against ``ctx.projector`` and ``ctx.edited_keys``).
     """
     update = update or UpdateConfig()

@@ -4,7 +4,7 @@ The value search judges a delta added at the layer's output on its own graph (qu
 searched positions); what is written is a rank-one update of the float weight through ``C⁻¹k̄``.
 :func:`check_written` applies the factors to the float model, runs one full forward of the
 request's prompt batch with no delta (the model the user will serve), asks whether it says the
-new fact there (:func:`~mobiedit.rome.objective.edit_holds`: the plain prompt and ``success_fraction``
+new fact there (:func:`~mobiedit.editing.objective.edit_holds`: the plain prompt and ``success_fraction``
 of the templated ones show the whole target — the search's NLL margin is its stop rule, not part
 of "says it": a written edit delivers ~5 % less than the searched delta at the templates' keys,
 enough to miss a 0.5 margin while every prompt still says the target), and restores the weight bit-exactly. It also measures the write error: at a
@@ -24,10 +24,10 @@ from ..forward.prefix import compute_prefix_state
 from ..journal import apply_factors
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..rome.compute_k import keys_at_subject
-from ..rome.config import ObjectiveConfig
-from ..rome.context import build_edit_inputs
-from ..rome.objective import edit_holds, within_margin
+from ..editing.compute_k import keys_at_subject
+from ..editing.config import ObjectiveConfig
+from ..editing.context import build_edit_inputs
+from ..editing.objective import edit_holds, full_rows, within_margin
 from .common import EditOutcome, ModelContext
 
 
@@ -49,8 +49,8 @@ class WriteCheck:
 def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: ModelContext, objective: ObjectiveConfig,
                   success_fraction: float, success_nll: float | None) -> WriteCheck:
     """Apply ``out``'s factors to ``lm.model``, judge, restore. ``success_nll`` None: the rule is
-    :func:`~mobiedit.rome.objective.edit_holds` alone (ROME's); else also
-    :func:`~mobiedit.rome.objective.within_margin` (MobiEdit's)."""
+    :func:`~mobiedit.editing.objective.edit_holds` alone (ROME's); else also
+    :func:`~mobiedit.editing.objective.within_margin` (MobiEdit's)."""
     fam, layer = lm.family, out.layer
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, objective)
     state = compute_prefix_state(lm.model, fam, layer, inputs)  # unedited: the KL reference
@@ -67,7 +67,7 @@ def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: Mode
     finally:
         with torch.no_grad():
             weight.copy_(saved)
-    full = correct[0] >= 1.0 - 1e-6
+    full = full_rows(correct[0], inputs.target_len)  # correct: per-row counts of argmax targets
     holds = edit_holds(full, success_fraction)
     if success_nll is not None:
         holds = holds and within_margin(float(losses[0]), 0.0, float(state.v_init.norm()), objective, success_nll)

@@ -193,6 +193,14 @@ def rows_per_step(estimator: str, n_dirs: int) -> int:
     return {"paper": 3 * n_dirs, "fzoo": n_dirs + 1, "antithetic": 2 * n_dirs}[estimator]
 
 
+def distinct_rows_per_step(estimator: str, n_dirs: int) -> int:
+    """How many of a step's K rows are distinct points by construction: ``paper`` evaluates x
+    itself n times (2n + 1 distinct), ``fzoo`` (n + 1) and ``antithetic`` (2n) none twice.
+    Rows that coincide only by float32 rounding (x ± h·u equal to x or to another row in every
+    coordinate) are not merged: the count is the estimator's, not a comparison of the rows."""
+    return {"paper": 2 * n_dirs + 1, "fzoo": n_dirs + 1, "antithetic": 2 * n_dirs}[estimator]
+
+
 def make_estimator(name: str, n_dirs: int, h: float, seed: int, d: int) -> Estimator:
     """Build the estimator called ``name``.
 

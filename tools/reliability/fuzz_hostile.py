@@ -112,7 +112,7 @@ def _manifest_usable(m: dict) -> str | None:
     from mobiedit.export.manifest_check import MAX_ELEMENTS
     from mobiedit.export.ops import edit_shapes_of
     from mobiedit.export.recipe import recipe_of
-    from mobiedit.rome.config import ObjectiveConfig
+    from mobiedit.editing.config import ObjectiveConfig
 
     try:
         edit_shapes_of(m)

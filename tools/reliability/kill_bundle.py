@@ -44,7 +44,7 @@ METHOD = "mobiedit-bundle"
 def bundle_config(runtime: str):
     """A small fp32 export (the shapes of tests/test_export_bundle.py, ``BUNDLE_SLOTS`` slots)."""
     from mobiedit.export.config import EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig, QuantizeConfig
-    from mobiedit.rome.config import ContextConfig
+    from mobiedit.editing.config import ContextConfig
 
     return ExportConfig(inference=InferenceShapes(max_seq_len=48, prefill_chunk=8, slots=BUNDLE_SLOTS),
                         edit_shapes=EditShapes(K=5, rows=4, suffix=20, prefix=24, targets=24, kl=1),
@@ -98,8 +98,8 @@ def select_requests(bundle: str, out: str, n: int) -> list[str]:
     from mobiedit.export.ops import edit_shapes_of
     from mobiedit.export.packing import pack_edit
     from mobiedit.requests import bundled_path, load_requests
-    from mobiedit.rome.config import ObjectiveConfig
-    from mobiedit.rome.context import build_edit_inputs
+    from mobiedit.editing.config import ObjectiveConfig
+    from mobiedit.editing.context import build_edit_inputs
 
     torch.set_num_threads(1)
     b = load_bundle(bundle)

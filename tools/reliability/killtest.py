@@ -176,7 +176,7 @@ def _preimport(bundle_runtime: str | None = None) -> None:
     from transformers.models.llama import modeling_llama  # noqa: F401
 
     from mobiedit import evaluate, journal, models, session  # noqa: F401
-    from mobiedit.methods import rome, zo_edit  # noqa: F401
+    from mobiedit.methods import mobiedit as _mobiedit_method, rome  # noqa: F401
     from . import toy  # noqa: F401
 
     torch.set_num_threads(1)

@@ -5,7 +5,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * The engine's two callbacks on top of the edit program. The engine searches in normalised units
- * z (delta = z * scale, scale = ||v_init|| / sqrt(d), as mobiedit/methods/zo_edit.py); the
+ * z (delta = z * scale, scale = ||v_init|| / sqrt(d), as mobiedit/methods/mobiedit.py); the
  * engine's K rows are fed to the program in chunks of its static batch (shapes.edit_K), the
  * last chunk zero-padded. The success check is {@link SuccessCriterion} (the toolchain's rule:
  * the plain rewrite prompt fully correct, at least success_fraction of all rewrite rows fully

@@ -6,8 +6,8 @@ import dev.mobiedit.demo.core.Recipe;
 /**
  * When an edit counts as succeeded: the early stop of the search ({@code SUCCESS_CHECK}) and the
  * outcome's "succeeded". The toolchain's rule, defined once in Python as
- * {@code mobiedit.rome.objective.edit_holds} plus a loss margin and applied identically by
- * {@code mobiedit/methods/zo_edit.py} ({@code mobiedit_edit}'s {@code check}) and
+ * {@code mobiedit.editing.objective.edit_holds} plus a loss margin and applied identically by
+ * {@code mobiedit/methods/mobiedit.py} ({@code mobiedit_edit}'s {@code check}) and
  * {@code export/ops.py} ({@code _edit_one}'s {@code check}). For delta = x * scale it holds when
  * <ol>
  *   <li>row 0 (the plain rewrite prompt) is fully correct: the edit program's

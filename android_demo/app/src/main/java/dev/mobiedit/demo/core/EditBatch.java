@@ -1,7 +1,7 @@
 package dev.mobiedit.demo.core;
 
 /**
- * One edit's prompt batch, the input of the bundle's prefix program (mobiedit.rome.context
+ * One edit's prompt batch, the input of the bundle's prefix program (mobiedit.editing.context
  * EditInputs / mobiedit.prompts.TargetBatch): rows [0, nRewrite) are the context-templated
  * rewrite prompts followed by the new answer minus its last token, the remaining rows the KL
  * prompt (the bundle's edit.objective.kl_prompt, ROME's "{subject} is a"). All int arrays are row-major [rows, width], right-padded to the

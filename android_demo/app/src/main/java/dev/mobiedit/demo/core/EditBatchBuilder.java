@@ -4,7 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Builds the {@link EditBatch} of a request exactly as mobiedit.rome.context.build_edit_inputs
+ * Builds the {@link EditBatch} of a request exactly as mobiedit.editing.context.build_edit_inputs
  * and mobiedit.prompts.make_batch do (ROME's conventions: target tokenised as " " + target
  * without special tokens, prompt with BOS, subject index = tokens of the prompt up to the subject
  * end, minus 1; rows right-padded to the longest one). Fitting the batch to the programs' static

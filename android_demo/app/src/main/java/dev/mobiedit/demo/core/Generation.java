@@ -7,7 +7,7 @@ import java.util.Random;
 /**
  * Decoding with a {@link LanguageModel}: greedy answers for the chat and the before/after
  * display, and ROME's context templates (top-5 sampling from seed words, as
- * mobiedit.rome.context.generate_context_templates; seeded java.util.Random, so the texts are
+ * mobiedit.editing.context.generate_context_templates; seeded java.util.Random, so the texts are
  * reproducible on the phone but not identical to the Python ones). Bundles carry the templates
  * generated at export (manifest edit.templates), which the app uses instead.
  */

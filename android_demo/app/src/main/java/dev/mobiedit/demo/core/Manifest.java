@@ -102,7 +102,7 @@ public final class Manifest {
         }
     }
 
-    /** ROME's value objective ("edit.objective"; mobiedit.rome.config.ObjectiveConfig). */
+    /** ROME's value objective ("edit.objective"; mobiedit.editing.config.ObjectiveConfig). */
     public static final class Objective {
         public final double klFactor;
         /** KL prompt with one "{}" for the subject (ROME: "{} is a"). */

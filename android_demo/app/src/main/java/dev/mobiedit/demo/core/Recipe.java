@@ -3,7 +3,7 @@ package dev.mobiedit.demo.core;
 /**
  * How this bundle's edits are searched and judged: the manifest's {@code recipe}
  * (docs/bundle_format.md; written by export/recipe.py from the shipped method,
- * {@code mobiedit.methods.zo_edit.MobiEditConfig()}). {@code zo}: every field of
+ * {@code mobiedit.methods.mobiedit.MobiEditConfig()}). {@code zo}: every field of
  * {@code mobiedit.zo.ZOConfig} but {@code max_norm} (the app clamps ||z|| to
  * edit.objective.clamp_norm_factor * sqrt(d)); {@code success}: the success rule's thresholds.
  * Read and validated by {@link RecipeReader} (as Python's ZOConfig validates); turned into the

@@ -11,7 +11,7 @@ import dev.mobiedit.demo.core.Recipe;
 import org.junit.jupiter.api.Test;
 
 /**
- * The success rule (mobiedit.rome.objective.edit_holds + the loss margin, as zo_edit.py and
+ * The success rule (mobiedit.editing.objective.edit_holds + the loss margin, as mobiedit_method.py and
  * export/ops.py check it): row 0 fully correct AND share of fully-correct rows >= success_fraction
  * AND loss - weight_decay * ||delta|| / ||v_init||^2 <= success_nll. Each case drops exactly one
  * condition, through {@link EditObjective#holds} (the engine's check callback) with a scripted

@@ -11,7 +11,7 @@ import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
-/** Against edit_batch_case.json: mobiedit.rome.context.build_edit_inputs on the same tokenizer. */
+/** Against edit_batch_case.json: mobiedit.editing.context.build_edit_inputs on the same tokenizer. */
 class EditBatchBuilderTest {
     @SuppressWarnings("unchecked")
     static Map<String, Object> pyCase() throws Exception {

@@ -6,6 +6,17 @@ For a delta ``δ`` added to the edited layer's MLP output at the subject's last 
            + weight_decay · ‖δ‖ / ‖v_init‖²
 
 (ROME's ``compute_v``: note the decay uses ‖δ‖, not ‖δ‖², as ROME does.)
+
+The pieces every implementation of the objective calls — the logits-level :func:`value_loss`
+(backprop ROME), the forward-only graphs (:mod:`mobiedit.forward.graph`) and the exported edit
+program (:mod:`mobiedit.export.graphs`): :func:`kl_rows` (the KL term per KL row),
+:func:`decay_term` / :func:`decay_coefficient` (the weight decay), :func:`edit_holds` and
+:func:`within_margin` (the success rule).
+
+"correct": the graphs return, per rewrite row, the COUNT of target tokens that are the
+teacher-forced argmax (exact in float32); a row shows the whole target iff its count equals
+``target_len`` (:func:`full_rows`). :func:`rows_correct` is the same verdict
+computed from full logits, as bools (what backprop ROME has at hand).
 """
 from __future__ import annotations
 
@@ -42,9 +53,25 @@ def nll_per_prompt(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
     return -(lp * mask).sum(-1) / inputs.target_len
 
 
+def kl_rows(kl_ref: torch.Tensor, new_logp: torch.Tensor) -> torch.Tensor:
+    """KL(P₀ ‖ P_δ) per KL row: ``Σ_v exp(kl_ref) · (kl_ref − new_logp)`` over the last axis.
+
+    ``kl_ref`` [n_kl, V] the unedited model's log-probs, ``new_logp`` [..., n_kl, V] the edited
+    ones; returns [..., n_kl]. The callers reduce over the rows (a mean, or the exported program's
+    ``kl_weight``-weighted sum)."""
+    return (kl_ref.exp() * (kl_ref - new_logp)).sum(-1)
+
+
 def decay_term(delta_norm, v_init_norm: float, cfg: ObjectiveConfig):
     """The objective's weight-decay term ``weight_decay · ‖δ‖ / ‖v_init‖²`` (tensor or float)."""
     return cfg.weight_decay * delta_norm / (v_init_norm ** 2)
+
+
+def decay_coefficient(v_init_norm: float, cfg: ObjectiveConfig) -> float:
+    """``weight_decay / ‖v_init‖²``: the decay term's coefficient, which a bundle's edit program
+    takes as its ``wd_scale`` input and multiplies by ``‖δ‖`` (the same term, rounded in another
+    order than :func:`decay_term`)."""
+    return cfg.weight_decay / v_init_norm ** 2
 
 
 def value_loss(logits: torch.Tensor, inputs: EditInputs, kl_ref: torch.Tensor, delta_norm: torch.Tensor,
@@ -54,17 +81,23 @@ def value_loss(logits: torch.Tensor, inputs: EditInputs, kl_ref: torch.Tensor, d
     ``kl_ref`` are the unedited model's KL log-probs ([n_kl, V]); ``delta_norm`` has shape [...].
     """
     nll = nll_per_prompt(logits, inputs).mean(-1)
-    new = kl_logprobs(logits, inputs)
-    kl = (kl_ref.exp() * (kl_ref - new)).sum(-1).mean(-1)
+    kl = kl_rows(kl_ref, kl_logprobs(logits, inputs)).mean(-1)
     return nll + cfg.kl_factor * kl + decay_term(delta_norm, v_init_norm, cfg)
 
 
 def rows_correct(logits: torch.Tensor, inputs: EditInputs) -> torch.Tensor:
-    """Per rewrite row, whether every target token is the teacher-forced argmax: [..., n_rewrite]."""
+    """Per rewrite row, whether every target token is the teacher-forced argmax: [..., n_rewrite]
+    bools — the graphs' ``correct == target_len`` (per-row counts), from full logits."""
     n = inputs.n_rewrite
     labels = inputs.batch.labels[:n].to(logits.device)
     hit = (logits[..., :n, :, :].argmax(-1) == labels) | (labels == -100)
     return hit.all(-1)
+
+
+def full_rows(correct: torch.Tensor, target_len: int) -> torch.Tensor:
+    """Which rewrite rows show the whole target, from the graphs' per-row target counts
+    ``correct`` [..., n_rewrite]: ``correct == target_len`` (bools; the counts are exact)."""
+    return correct == target_len
 
 
 def edit_holds(full_rows: torch.Tensor, fraction: float) -> bool:

@@ -1,20 +1,20 @@
 """MobiEdit: forward-only value search on a (quantized) static-shape graph with early stopping
 and prefix-activation reuse, driven by the ZO loop (native engine by default).
 
-The search runs in normalised units ``z = δ / s`` with ``s = ‖v_init‖/√d``, so ``h``, ``lr`` and
-the clamp (``clamp_norm_factor·√d``) mean the same on every model.
+This module builds the edit's graph (:func:`build_graph`) and forward model, runs the search
+(:func:`mobiedit.driver.search_value`: normalised units ``z = δ / s``, ``s = ‖v_init‖/√d``, the
+clamp, the success rule) and computes the factors on the float model. Defaults:
+:data:`mobiedit.recipes.FZOO`.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
+from ..driver import search_value
 from ..errors import ConfigError
 from ..forward.graph import FullGraph, PrefixGraph
 from ..forward.prefix import compute_prefix_state
@@ -22,16 +22,12 @@ from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, qu
 from ..forward.stream import lower_layers_paged_out
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..rome.config import ContextConfig, ObjectiveConfig, UpdateConfig
-from ..rome.context import build_edit_inputs
-from ..rome.objective import edit_holds, within_margin
-from ..zo import ZOConfig, run_zo
+from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig
+from ..editing.context import build_edit_inputs
+from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll
+from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
 from .rome import factors_from_delta
-
-def _default_zo() -> ZOConfig:
-    return ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam", lr=0.5, max_steps=150,
-                    max_evals=3000, check_every=1, loss_tol=0.0, patience=0, seed=0)
 
 
 @dataclass(frozen=True)
@@ -42,13 +38,14 @@ class MobiEditConfig:
     layer: int = 1
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
-    zo: ZOConfig = field(default_factory=_default_zo)
+    zo: ZOConfig = field(default_factory=lambda: FZOO.zo)  # the shipped recipe (mobiedit.recipes)
     quant: QuantConfig = field(default_factory=QuantConfig)
     prefix_reuse: bool = True
     early_stop: bool = True
-    success_fraction: float = 0.75  # rome.objective.edit_holds: plain prompt + this share of rows
-    success_nll: float = 0.5        # ... and the objective minus its decay term (mean target NLL per
-                                    # token + KL) at most this: a margin, like ROME's loss-based stop
+    success_fraction: float = FZOO.success.fraction  # editing.objective.edit_holds: plain prompt + this
+                                    # share of rows (recipes.SuccessCriterion) ...
+    success_nll: float = FZOO.success.nll  # ... and the objective minus its decay term (mean target NLL
+                                    # per token + KL) at most this: a margin, like ROME's loss-based stop
     backend: str = "native"
     page_out_lower: bool = True     # forward.stream: with prefix reuse, file-backed weights of
                                     # layers ≤ l leave the resident set after each use (the loop
@@ -62,24 +59,16 @@ class MobiEditConfig:
         if self.layer < 0:
             raise ConfigError(f"layer must be >= 0, got {self.layer}", where="mobiedit.layer",
                               fix="pick a layer index of the model")
-        if not (0.0 <= self.success_fraction <= 1.0):
-            raise ConfigError(f"success_fraction={self.success_fraction} out of [0, 1]",
-                              where="mobiedit.success_fraction",
-                              fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
-        if not self.success_nll > 0:
-            raise ConfigError(f"success_nll={self.success_nll} must be > 0", where="mobiedit.success_nll",
-                              fix="e.g. 0.5 (geometric-mean P(target) >= 0.6)")
+        check_fraction(self.success_fraction, "mobiedit.success_fraction")
+        check_nll(self.success_nll, "mobiedit.success_nll")
         if self.backend not in ("native", "python"):
             raise ConfigError(f"unknown backend {self.backend!r}", where="mobiedit.backend",
                               fix="use 'native' (C++ engine) or 'python' (reference)")
 
-
-@dataclass
-class _Counters:
-    evals: int = 0
-    distinct: int = 0  # evaluations at distinct points (the paper's estimator repeats x n times a step)
-    sequences: int = 0
-    calls: int = 0
+    @property
+    def recipe(self) -> EditRecipe:
+        """This config's search and success rule, as the driver takes them."""
+        return EditRecipe(self.zo, SuccessCriterion(self.success_fraction, self.success_nll))
 
 
 def build_graph(fwd_model, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext):
@@ -117,38 +106,13 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
 
 def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
             fwd_model: torch.nn.Module, t0: float, on_step: StepFn | None = None) -> EditOutcome:
-    """The prefix state, the ZO loop on its graph, and the factors of the found delta."""
-    graph, state, inputs = build_graph(fwd_model, lm, req, cfg, ctx)
-    d = state.h_suffix.shape[-1]
-    scale = float(state.v_init.norm()) / math.sqrt(d)
-    rows = inputs.batch.input_ids.shape[0]
-    n = _Counters()
-
-    def forward(D: np.ndarray) -> np.ndarray:
-        losses, _ = graph(torch.from_numpy(np.multiply(D, scale, dtype=np.float32)))  # D is read-only
-        n.evals += D.shape[0]; n.sequences += D.shape[0] * rows; n.calls += 1
-        n.distinct += len(np.unique(D, axis=0))
-        if on_step is not None:  # one batched call of K directions = one step
-            on_step(n.calls, float(losses.min()))
-        return losses.double().numpy()
-
-    v_norm = float(state.v_init.norm())
-
-    def check(x: np.ndarray) -> bool:
-        delta = torch.from_numpy(np.multiply(x, scale, dtype=np.float32)).view(1, -1)
-        losses, correct = graph(delta)
-        n.evals += 1; n.distinct += 1; n.sequences += rows; n.calls += 1
-        return (edit_holds(correct[0] >= 1.0 - 1e-6, cfg.success_fraction)
-                and within_margin(float(losses[0]), float(delta.norm()), v_norm, cfg.objective, cfg.success_nll))
-
-    zcfg = dataclasses.replace(cfg.zo, max_norm=cfg.objective.clamp_norm_factor * math.sqrt(d))
-    res = run_zo(forward, check if cfg.early_stop else None, np.zeros(d, dtype=np.float32), zcfg,
-                 backend=cfg.backend)
-    res.raise_for_status()
-    delta = torch.from_numpy(np.asarray(res.x, dtype=np.float32)) * scale
-    succeeded = res.succeeded or check(np.asarray(res.x, dtype=np.float32))
-    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, delta, cfg.mom2_ridge, cfg.update)
+    """The prefix state, the driver's value search on its graph, and the factors of the found delta
+    (measured on the float model ``lm``)."""
+    graph, state, _ = build_graph(fwd_model, lm, req, cfg, ctx)
+    found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step)
+    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update)
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
-                       succeeded=succeeded, status=res.status.value, loss_evals=n.evals, sequences=n.sequences,
-                       forward_calls=n.calls + 2, backward_calls=0, wall_time=time.perf_counter() - t0,
-                       losses=list(res.history), seed=cfg.zo.seed, key=key, distinct_evals=n.distinct)
+                       succeeded=found.succeeded, status=found.status, loss_evals=found.evals,
+                       sequences=found.sequences, forward_calls=found.calls + 2, backward_calls=0,
+                       wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed, key=key,
+                       distinct_evals=found.distinct_evals)

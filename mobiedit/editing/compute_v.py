@@ -12,7 +12,7 @@ from ..families import Family, get_module
 from ..hooks import add_at_positions, record, rewrite_output
 from .config import ObjectiveConfig, ROMEConfig
 from .context import EditInputs
-from .objective import edit_holds, kl_keep, kl_logprobs, rows_correct, value_loss
+from .objective import edit_holds, full_rows, kl_keep, kl_logprobs, rows_correct, value_loss
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def prefix_loss_fn(graph) -> LossFn:
 
     def fn(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         loss, correct = graph.differentiable(delta.unsqueeze(0))
-        return loss[0], correct[0].detach() >= 1.0 - 1e-6
+        return loss[0], full_rows(correct[0].detach(), graph.target_len)
 
     return fn
 

@@ -1,9 +1,11 @@
-"""The rank-one update of ROME: ΔW = u wᵀ with u = v* − W k_cur and w = C⁻¹k̄ / (k_cur · C⁻¹k̄)."""
+"""The rank-one update of ROME: ΔW = u wᵀ with u = v* − W k_cur and w = C⁻¹k̄ / (k_cur · C⁻¹k̄),
+the null-space variant of it, and the one write of an update into a weight (:func:`apply_factors`,
+used by the session, the journal's replay/undo/bake, verify-after-write and the demo)."""
 from __future__ import annotations
 
 import torch
 
-from ..errors import NumericalError
+from ..errors import JournalError, NumericalError
 
 
 def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.Tensor:
@@ -65,3 +67,34 @@ def rank_one_factors(k_cur: torch.Tensor, out_cur: torch.Tensor, v_star: torch.T
         raise NumericalError("non-finite or degenerate rank-one factors", where="rank-one update",
                              fix="check the key statistics and the value search")
     return u.float(), (c_inv_k.double() / denom).float()
+
+
+def apply_factors(weight: torch.Tensor, u: torch.Tensor, w: torch.Tensor,
+                  weight_out_in: bool) -> torch.Tensor:
+    """``weight + u w^T`` (``[out, in]``) or ``weight + w u^T`` (``[in, out]``), as a new tensor.
+
+    Computed in float32 (factors cast to float32) and cast back to ``weight.dtype``; elementwise
+    ops only, so the same inputs always give the same bits. Raises JournalError if the factors do
+    not fit the weight and NumericalError if a finite weight would become non-finite (overflow).
+    """
+    u32 = u.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
+    w32 = w.detach().to(device=weight.device, dtype=torch.float32).reshape(-1)
+    delta = torch.outer(u32, w32) if weight_out_in else torch.outer(w32, u32)
+    if delta.shape != weight.shape:
+        layout = "[out, in]" if weight_out_in else "[in, out]"
+        raise JournalError(f"factors u[{u32.numel()}], w[{w32.numel()}] do not fit a {layout} weight "
+                           f"of shape {list(weight.shape)}", where="apply_factors",
+                           fix="u has the module's output size, w its input size")
+    out = (weight.detach().to(torch.float32) + delta).to(weight.dtype)
+    if not torch.isfinite(out).all() and torch.isfinite(weight).all():
+        raise NumericalError("the update makes the weight non-finite (overflow)", where="apply_factors",
+                             fix=f"the factors are too large for a {weight.dtype} weight; nothing was changed")
+    return out
+
+
+def write_factors(weight: torch.Tensor, u: torch.Tensor, w: torch.Tensor, weight_out_in: bool) -> None:
+    """Write ``u wᵀ`` into ``weight`` in place with :func:`apply_factors`' arithmetic (bit-identical to a
+    journal replay); ``weight`` is unchanged if that raises."""
+    new = apply_factors(weight, u, w, weight_out_in)
+    with torch.no_grad():
+        weight.copy_(new)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..recipes import SuccessCriterion, check_fraction
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ class ROMEConfig:
                      # loss above it, and 25 steps left 5.5 % of 200 edits short (docs/results.md)
     lr: float = 0.5
     early_loss: float = 5e-2
-    success_fraction: float = 0.75  # see objective.edit_holds; below it the edit is reported failed
+    success_fraction: float = SuccessCriterion.fraction  # see objective.edit_holds; below it the edit
+                                    # is reported failed (the default of mobiedit.recipes.SuccessCriterion)
     mom2_adjustment: bool = True
     mom2_ridge: float = 1e-4  # relative ridge added to C before solving (numerical safety)
     prefix_reuse: bool = False  # True: backprop through the forward-only method's prefix graph
@@ -97,9 +99,7 @@ class ROMEConfig:
         if self.layer < 0:
             raise ConfigError(f"layer must be >= 0, got {self.layer}", where="rome.layer",
                               fix="pick a layer index of the model")
-        if not (0.0 <= self.success_fraction <= 1.0):
-            raise ConfigError(f"success_fraction={self.success_fraction} out of [0, 1]", where="rome.success_fraction",
-                              fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
+        check_fraction(self.success_fraction, "rome.success_fraction")
         if self.steps < 1 or not (0 < self.lr < 100):
             raise ConfigError("steps must be >= 1 and lr in (0, 100)", where="rome.steps/lr",
                               fix="ROME's defaults: steps 20-25, lr 0.5")

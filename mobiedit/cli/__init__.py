@@ -1,0 +1,82 @@
+"""``mobiedit`` command line: pretrain, edit, eval, trace, bench, demo (and export/run from mobiedit.export).
+
+Every user error is a :class:`MobiEditError`; it is printed on one line and the exit code is 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any, Callable
+
+from ..errors import MobiEditError
+from ..quiet import quiet_libraries
+from ..termsafe import term_safe
+from ._common import Command
+from .edit import EDIT, UNDO
+from .eval import EVAL
+from .model import MODEL, PRETRAIN
+from .quantize import QUANTIZE
+from .requests import REQUESTS
+from .trace import TRACE
+
+#: the verbs defined here, in ``mobiedit --help`` order: name -> (add_arguments, run, help)
+COMMANDS: dict[str, Command] = {
+    "model": MODEL, "requests": REQUESTS, "pretrain": PRETRAIN, "edit": EDIT, "eval": EVAL, "trace": TRACE,
+    "quantize": QUANTIZE, "undo": UNDO,
+}
+
+
+def registrars() -> list[Callable[[Any], None]]:
+    """The ``register(subparsers)`` functions of the verbs that live with their subject (bench,
+    bench-prefix, bench-quant, bench-shape, demo; export, run, bench-export, bundle-undo when the
+    export package imports), added after :data:`COMMANDS` in this order. None of them imports this
+    package. Imported here, not at module level: only a parser build needs them."""
+    from ..bench import register as bench
+    from ..bench_prefix import register as bench_prefix
+    from ..bench_prefix import register_quant as bench_quant
+    from ..bench_shape import register as bench_shape
+    from ..demo import register as demo
+
+    out = [bench, bench_prefix, bench_quant, bench_shape, demo]
+    try:
+        from ..export.cli import register as export
+    except ImportError:  # the export extra is not installed
+        return out
+    return out + [export]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mobiedit`` parser; each verb's parser carries ``fn`` (its run function)."""
+    p = argparse.ArgumentParser(prog="mobiedit", description=__doc__)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, cmd in COMMANDS.items():
+        sp = sub.add_parser(name, help=cmd.help)
+        cmd.add_arguments(sp)
+        sp.set_defaults(fn=cmd.run)
+    for register in registrars():
+        register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``mobiedit`` on ``argv`` (default ``sys.argv[1:]``); returns the exit code: the verb's,
+    2 for a :class:`MobiEditError` or an unnamed OS error (one line on stderr), 130 on Ctrl-C."""
+    quiet_libraries()
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.fn(args) or 0)
+    except MobiEditError as e:
+        print(f"mobiedit: error: {term_safe(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a read / write failure the command did not name itself
+        from ..outputs import named_os_error
+
+        print(f"mobiedit: error: {term_safe(named_os_error(e))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mobiedit: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,41 @@
+"""What the ``mobiedit`` verbs share: the command record, the model and request argument groups.
+
+Only modules of :mod:`mobiedit.cli` import this (the bench, demo and export verbs, which register
+their own parsers, resolve their flags through :mod:`mobiedit.resolve`).
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Callable, NamedTuple
+
+MODEL_HELP = "local Hugging Face model folder or checkpoint name (`mobiedit model --list`)"
+
+
+class Command(NamedTuple):
+    """One verb: ``add_arguments(parser)`` declares its flags, ``run(args)`` returns the exit code
+    (a :class:`~mobiedit.errors.MobiEditError` it raises becomes exit code 2), ``help`` is its
+    line in ``mobiedit --help``."""
+
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    help: str
+
+
+def model_args(sp: argparse.ArgumentParser, preset: bool = True) -> None:
+    """``--model DIR|NAME``; with ``preset``, the alternative ``--preset NAME`` (the fact LM, the
+    default when ``--model`` is absent), else ``--model`` is required."""
+    if not preset:
+        sp.add_argument("--model", required=True, help=MODEL_HELP)
+        return
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--model", help=MODEL_HELP)
+    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default)")
+
+
+def request_args(sp: argparse.ArgumentParser) -> None:
+    """``--requests FILE`` or one ad-hoc ``--subject/--prompt/--target`` request, and the
+    ``--limit/--offset`` slice (read by :func:`mobiedit.resolve.load_cli_requests`)."""
+    sp.add_argument("--requests", help="request file (CounterFact ROME/flat form or zsRE; JSON or JSON Lines)")
+    sp.add_argument("--subject"); sp.add_argument("--prompt"); sp.add_argument("--target")
+    sp.add_argument("--limit", type=int, default=0, help="use the first N requests (after --offset)")
+    sp.add_argument("--offset", type=int, default=0)

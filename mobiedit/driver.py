@@ -1,0 +1,142 @@
+"""The value-search driver: one definition of how a forward-only edit searches its value delta.
+
+Every host of the search calls :func:`search_value` on its own :class:`EditGraph`: the eager
+method (:func:`mobiedit.methods.mobiedit.mobiedit_edit`, over
+:class:`~mobiedit.forward.graph.PrefixGraph` / :class:`~mobiedit.forward.graph.FullGraph`) and
+the bundle path (:func:`mobiedit.export.ops.search_bundle_edit`, over the bundle's ``edit``
+program). The driver
+
+* searches in normalised units ``z = δ / s``, ``s = ‖v_init‖/√d``, so that ``h``, ``lr`` and the
+  clamp ``‖z‖ ≤ clamp_norm_factor·√d`` mean the same on every model;
+* feeds the ZO loop (:func:`mobiedit.zo.run_zo`) a ``forward`` callback (K deltas → K losses) and,
+  with ``early_stop``, a ``check`` callback — the success rule :func:`success_holds`;
+* raises :class:`~mobiedit.errors.NumericalError` on NaN/Inf (``raise_for_status``), and when the
+  loop did not stop on success, checks its final delta once;
+* returns the delta in model units with the loop's verdict and what the search cost.
+
+The rank-one factors are not computed here: the hosts take their keys from different graphs
+(the float model, the bundle's prefix program).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+
+from mobiedit.editing.config import ObjectiveConfig
+from mobiedit.editing.objective import edit_holds, full_rows, within_margin
+from mobiedit.recipes import EditRecipe, SuccessCriterion
+from mobiedit.zo import ZOConfig, run_zo
+from mobiedit.zo.estimators import distinct_rows_per_step
+
+__all__ = ["EditGraph", "ValueSearch", "success_holds", "search_value"]
+
+#: ``on_step(calls, loss)``: after each forward batch, the graph calls so far and the batch's lowest loss
+StepFn = Callable[[int, float], None]
+
+
+class EditGraph(Protocol):
+    """K value deltas in, K losses and per-row target counts out — no autograd.
+
+    ``graph(deltas [K, d] float32, model units) -> (losses [K], correct [K, n_rewrite])``:
+    ``losses[k]`` is the objective of :mod:`mobiedit.editing.objective` at ``deltas[k]``;
+    ``correct[k, b]`` counts the target tokens of rewrite row ``b`` that are the teacher-forced
+    argmax — a sum of 0/1 terms, exact in float32, so row ``b`` shows the whole target iff
+    ``correct[k, b] == target_len`` (:func:`~mobiedit.editing.objective.full_rows`).
+    """
+
+    n_rows: int      # prompt rows one delta runs (rewrite rows + KL rows)
+    n_rewrite: int   # rewrite rows: the plain prompt (row 0) and its context-templated variants
+    target_len: int  # target tokens per rewrite row
+
+    def __call__(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def success_holds(loss: float, correct: torch.Tensor, target_len: int, delta_norm: float, v_init_norm: float,
+                  objective: ObjectiveConfig, success: SuccessCriterion) -> bool:
+    """The search's success rule for one delta: :func:`~mobiedit.editing.objective.edit_holds`
+    on its rows (``correct`` [n_rewrite] counts; the plain prompt and ``success.fraction`` of the
+    rows full) and :func:`~mobiedit.editing.objective.within_margin` (``loss`` minus the decay
+    term of ``delta_norm`` at most ``success.nll``)."""
+    return (edit_holds(full_rows(correct, target_len), success.fraction)
+            and within_margin(loss, delta_norm, v_init_norm, objective, success.nll))
+
+
+@dataclass
+class ValueSearch:
+    """One value search's result (nothing written).
+
+    ``delta``: [d] float32 in model units (``z · s``). ``succeeded``: the loop's verdict (stopped
+    on success, or its final delta passes the rule). Counters: ``evals`` loss evaluations (a batch
+    of K counts K, a check 1); ``distinct_evals`` those at distinct points (the paper's estimator
+    proposes x itself n times a step: :func:`~mobiedit.zo.estimators.distinct_rows_per_step`);
+    ``sequences`` prompt sequences run (``evals · n_rows``); ``calls`` graph invocations (forward
+    batches and checks). ``zo``: the configuration run (``max_norm`` set); ``scale``: ``s``.
+    """
+
+    delta: torch.Tensor
+    status: str
+    succeeded: bool
+    losses: list[float]
+    evals: int
+    distinct_evals: int
+    sequences: int
+    calls: int
+    zo: ZOConfig
+    scale: float
+
+
+def _model_units(z: np.ndarray, scale: float) -> torch.Tensor:
+    """``z · s`` as a float32 tensor (a new array: the loop's buffers are read-only)."""
+    return torch.from_numpy(np.multiply(z, scale, dtype=np.float32))
+
+
+def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveConfig, recipe: EditRecipe,
+                 backend: str = "native", early_stop: bool = True, on_step: StepFn | None = None) -> ValueSearch:
+    """Search the value delta that makes ``graph`` show the target (see the module docstring).
+
+    Args:
+        graph: the edit's :class:`EditGraph`.
+        v_init: [d] the unedited value at the subject (sets the units ``s = ‖v_init‖/√d``).
+        objective: the objective's constants (clamp, decay) the graph was built with.
+        recipe: the ZO search and the success rule.
+        backend: ``"native"`` (C++ engine) or ``"python"`` (reference).
+        early_stop: pass the success rule to the loop as its ``check`` (else it runs to a budget).
+        on_step: ``on_step(calls, min loss)`` after each forward batch (progress display).
+
+    Raises:
+        NumericalError: the loop met NaN/Inf.
+        ConfigError / MobiEditError: from :func:`mobiedit.zo.run_zo`.
+    """
+    d = v_init.shape[0]
+    v_norm = float(v_init.norm())
+    scale = v_norm / math.sqrt(d)
+    zcfg = dataclasses.replace(recipe.zo, max_norm=objective.clamp_norm_factor * math.sqrt(d))
+    per_batch = distinct_rows_per_step(zcfg.estimator, zcfg.n_dirs)
+    n = {"evals": 0, "distinct": 0, "calls": 0}
+
+    def forward(D: np.ndarray) -> np.ndarray:
+        losses, _ = graph(_model_units(D, scale))
+        n["evals"] += D.shape[0]; n["distinct"] += per_batch; n["calls"] += 1
+        if on_step is not None:  # one batched call of K directions = one step
+            on_step(n["calls"], float(losses.min()))
+        return losses.double().numpy()
+
+    def check(x: np.ndarray) -> bool:
+        delta = _model_units(x, scale).view(1, -1)
+        losses, correct = graph(delta)
+        n["evals"] += 1; n["distinct"] += 1; n["calls"] += 1
+        return success_holds(float(losses[0]), correct[0], graph.target_len, float(delta.norm()), v_norm,
+                             objective, recipe.success)
+
+    res = run_zo(forward, check if early_stop else None, np.zeros(d, dtype=np.float32), zcfg, backend=backend)
+    res.raise_for_status()
+    x = np.asarray(res.x, dtype=np.float32)
+    succeeded = res.succeeded or check(x)
+    return ValueSearch(delta=_model_units(x, scale), status=res.status.value, succeeded=succeeded,
+                       losses=list(res.history), evals=n["evals"], distinct_evals=n["distinct"],
+                       sequences=n["evals"] * graph.n_rows, calls=n["calls"], zo=zcfg, scale=scale)

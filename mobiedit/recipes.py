@@ -1,0 +1,87 @@
+"""Named edit recipes: how a value search runs (``zo``) and when an edit counts as done (``success``).
+
+The only place the searches' defaults are written. :data:`FZOO` is the shipped recipe (the
+default of :class:`~mobiedit.methods.mobiedit.MobiEditConfig`, and the one a bundle's manifest
+carries, :mod:`mobiedit.export.recipe`); :data:`PAPER` is the MobiEdit paper's estimator (the
+``paper*`` rows of :mod:`mobiedit.bench`); :data:`ANTITHETIC` is FZOO's budget with antithetic
+pairs. The driver (:func:`mobiedit.driver.search_value`) takes an :class:`EditRecipe`.
+
+Contract: both dataclasses are frozen and validate themselves on construction, raising
+:class:`~mobiedit.errors.ConfigError` naming the field and the fix; :func:`check_fraction` and
+:func:`check_nll` are that validation for configs that carry the thresholds as their own fields.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass, field
+
+from mobiedit.errors import ConfigError
+from mobiedit.zo.config import ZOConfig
+
+__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "PAPER", "ANTITHETIC", "check_fraction", "check_nll"]
+
+
+def check_fraction(value: float, where: str) -> None:
+    """Refuse a success fraction outside [0, 1] (``where``: the field's dotted name)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0.0 <= value <= 1.0):
+        name = where.rpartition(".")[2]
+        raise ConfigError(f"{name}={value!r} out of [0, 1]", where=where,
+                          fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
+
+
+def check_nll(value: float, where: str) -> None:
+    """Refuse a loss margin that is not a number > 0 (``where``: the field's dotted name)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        name = where.rpartition(".")[2]
+        raise ConfigError(f"{name}={value!r} must be > 0", where=where,
+                          fix="e.g. 0.5 (geometric-mean P(target) >= 0.6)")
+
+
+@dataclass(frozen=True)
+class SuccessCriterion:
+    """When a searched delta counts as an edit (the early stop and the loop's verdict).
+
+    ``fraction``: :func:`mobiedit.editing.objective.edit_holds` — the plain rewrite prompt and at
+    least this share of all rewrite rows show the whole target as the argmax; ``nll``:
+    :func:`mobiedit.editing.objective.within_margin` — the objective minus its decay term (mean
+    target NLL per token + KL) is at most this, a margin like ROME's loss-based stop.
+    """
+
+    fraction: float = 0.75
+    nll: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_fraction(self.fraction, "SuccessCriterion.fraction")
+        check_nll(self.nll, "SuccessCriterion.nll")
+
+
+@dataclass(frozen=True)
+class EditRecipe:
+    """A value search (``zo``; its ``max_norm`` is set by the driver from the objective's clamp)
+    and its success rule."""
+
+    zo: ZOConfig
+    success: SuccessCriterion = field(default_factory=SuccessCriterion)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.zo, ZOConfig):
+            raise ConfigError(f"zo is a {type(self.zo).__name__}, expected ZOConfig", where="EditRecipe.zo",
+                              fix="build it with mobiedit.zo.ZOConfig(...) or take a named recipe's (recipes.FZOO.zo)")
+        if not isinstance(self.success, SuccessCriterion):
+            raise ConfigError(f"success is a {type(self.success).__name__}, expected SuccessCriterion",
+                              where="EditRecipe.success", fix="build it with mobiedit.recipes.SuccessCriterion(...)")
+
+
+#: the shipped forward-only recipe: FZOO (one-sided, sigma-normalised, 16 Rademacher directions,
+#: K = 17 per step), Adam, 150 steps / 3000 evaluations, checked every step
+FZOO = EditRecipe(ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam", lr=0.5, max_steps=150,
+                           max_evals=3000, check_every=1, loss_tol=0.0, patience=0, seed=0))
+
+#: the MobiEdit paper's estimator: 5 Gaussian directions as (x + hu, x − hu, x) triples, SGD with a
+#: cosine schedule, its own stop at loss < 1e-5, 1200 steps / 18000 evaluations
+PAPER = EditRecipe(ZOConfig(estimator="paper", n_dirs=5, h=1e-3, optimizer="sgd", lr=5e-2, lr_schedule="cosine",
+                            max_steps=1200, max_evals=18000, check_every=1, loss_tol=1e-5))
+
+#: FZOO's search with antithetic pairs (8 directions, K = 16)
+ANTITHETIC = EditRecipe(dataclasses.replace(FZOO.zo, estimator="antithetic", n_dirs=8))

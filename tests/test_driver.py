@@ -1,0 +1,136 @@
+"""One search driver (issue 15): mobiedit.driver.search_value over any EditGraph, the named recipes
+(mobiedit.recipes) as the only defaults, one KV shim, one KL expression."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mobiedit.driver import search_value, success_holds
+from mobiedit.editing.config import ObjectiveConfig
+from mobiedit.editing.objective import full_rows, kl_rows
+from mobiedit.errors import ConfigError, NumericalError
+from mobiedit.recipes import ANTITHETIC, FZOO, PAPER, EditRecipe, SuccessCriterion
+from mobiedit.zo import ZOConfig
+from mobiedit.zo.estimators import distinct_rows_per_step, make_estimator
+
+
+class Quadratic:
+    """A toy EditGraph: loss ‖δ − t‖², row b holds (count = target_len) iff δ is within r_b of t."""
+
+    n_rows, n_rewrite, target_len = 5, 4, 3
+
+    def __init__(self, target: torch.Tensor) -> None:
+        self.t = target
+        self.radii = torch.tensor([2.0, 2.0, 0.5, 1e-9])
+        self.calls: list[int] = []
+
+    def __call__(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.calls.append(deltas.shape[0])
+        dist = (deltas - self.t).norm(dim=-1, keepdim=True)
+        correct = (dist <= self.radii).float() * self.target_len
+        return (deltas - self.t).pow(2).sum(-1), correct
+
+
+@pytest.mark.parametrize("name", ["paper", "fzoo", "antithetic"])
+def test_distinct_rows_per_step_is_what_the_estimator_proposes(name):
+    est = make_estimator(name, 6, 0.05, 3, 32)
+    x = np.random.default_rng(0).standard_normal(32).astype(np.float32)
+    for step in range(3):
+        D = est.propose(x, step)
+        assert len(np.unique(D, axis=0)) == distinct_rows_per_step(name, 6) <= D.shape[0]
+
+
+@pytest.mark.parametrize("backend", ["python", "native"])
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_search_value_counts_and_units(backend, early_stop):
+    d = 8
+    v_init = torch.full((d,), 2.0)
+    target = torch.linspace(-1, 1, d) * 0.5
+    graph = Quadratic(target)
+    zo = dataclasses.replace(FZOO.zo, n_dirs=4, max_steps=40, max_evals=10_000, lr=0.05)
+    obj = ObjectiveConfig()
+    steps: list[tuple[int, float]] = []
+    found = search_value(graph, v_init, obj, EditRecipe(zo, SuccessCriterion(0.5, 10.0)), backend, early_stop,
+                         on_step=lambda c, loss: steps.append((c, loss)))
+    scale = float(v_init.norm()) / math.sqrt(d)
+    assert found.scale == scale and found.zo.max_norm == obj.clamp_norm_factor * math.sqrt(d)
+    assert found.delta.dtype == torch.float32 and found.delta.shape == (d,)
+    K = zo.K
+    forwards = [c for c in graph.calls if c == K]
+    assert found.evals == sum(graph.calls) and found.calls == len(graph.calls)
+    assert found.distinct_evals == len(forwards) * distinct_rows_per_step("fzoo", 4) + (len(graph.calls) - len(forwards))
+    assert found.sequences == found.evals * graph.n_rows
+    assert len(found.losses) == len(forwards) == len(steps)
+    assert [c for c, _ in steps] == [i + 1 for i, c in enumerate(graph.calls) if c == K]
+    if early_stop:
+        assert found.status == "SUCCESS_CHECK" and found.succeeded
+    else:
+        assert found.status == "MAX_STEPS" and graph.calls[-1] == 1  # the final delta checked once
+
+
+def test_search_value_raises_on_nonfinite_losses():
+    class Nan(Quadratic):
+        def __call__(self, deltas):
+            losses, correct = super().__call__(deltas)
+            return torch.full_like(losses, float("nan")), correct
+
+    with pytest.raises(NumericalError):
+        search_value(Nan(torch.zeros(4)), torch.ones(4), ObjectiveConfig(), FZOO, "python")
+
+
+def test_success_rule_counts_full_rows_and_the_margin():
+    obj = ObjectiveConfig()
+    c = torch.tensor([3.0, 3.0, 2.0, 3.0])
+    assert full_rows(c, 3).tolist() == [True, True, False, True]
+    rule = SuccessCriterion(0.75, 0.5)
+    assert success_holds(0.4, c, 3, 0.0, 1.0, obj, rule)
+    assert not success_holds(0.6, c, 3, 0.0, 1.0, obj, rule)                      # over the margin
+    assert not success_holds(0.4, c, 3, 0.0, 1.0, obj, SuccessCriterion(1.0, 0.5))  # 3 of 4 rows
+    assert not success_holds(0.4, torch.tensor([2.0, 3, 3, 3]), 3, 0.0, 1.0, obj, rule)  # plain prompt
+
+
+def test_recipes_validate_and_are_the_only_defaults():
+    from mobiedit.bench import row_config
+    from mobiedit.editing.config import ROMEConfig
+    from mobiedit.methods.mobiedit import MobiEditConfig
+
+    for bad, field in (({"fraction": 1.5}, "fraction"), ({"fraction": -0.1}, "fraction"), ({"nll": 0.0}, "nll"),
+                       ({"nll": "0.5"}, "nll")):
+        with pytest.raises(ConfigError, match=f"SuccessCriterion.{field}") as e:
+            SuccessCriterion(**bad)
+        assert e.value.fix
+    with pytest.raises(ConfigError, match="EditRecipe.zo"):
+        EditRecipe({"estimator": "fzoo"})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="EditRecipe.success"):
+        EditRecipe(FZOO.zo, 0.75)  # type: ignore[arg-type]
+    cfg = MobiEditConfig()
+    assert cfg.zo == FZOO.zo and cfg.recipe == FZOO
+    assert ROMEConfig().success_fraction == FZOO.success.fraction
+    assert row_config("fzoo", 1, 0).zo == FZOO.zo
+    assert row_config("paper", 1, 0).zo == PAPER.zo
+    assert row_config("antithetic", 1, 0).zo == ANTITHETIC.zo
+    assert row_config("paper-check", 1, 0).zo == dataclasses.replace(PAPER.zo, loss_tol=0.0)
+    assert PAPER.zo == ZOConfig(estimator="paper", n_dirs=5, h=1e-3, optimizer="sgd", lr=5e-2,
+                                lr_schedule="cosine", max_steps=1200, max_evals=18000, loss_tol=1e-5)
+
+
+def test_one_kv_shim_and_one_kl_expression():
+    from mobiedit.export.adapters import RecordingKV as FromAdapters
+    from mobiedit.forward.kv import RecordingKV
+
+    assert FromAdapters is RecordingKV
+    pk, pv, k, v = (torch.randn(2, 1, n, 4) for n in (3, 3, 2, 2))
+    for record in (True, False):
+        cache = RecordingKV({5: (pk, pv)}, record=record)
+        ok, ov = cache.update(k, v, 5)
+        assert torch.equal(ok, torch.cat([pk, k], 2)) and torch.equal(ov, torch.cat([pv, v], 2))
+        assert cache.update(k, v, 6) == (k, v)  # no past: the new keys alone
+        assert (set(cache.new) == {5, 6}) is record
+    ref = torch.log_softmax(torch.randn(2, 7), -1)
+    new = torch.log_softmax(torch.randn(3, 2, 7), -1)
+    assert torch.equal(kl_rows(ref, new), (ref.exp() * (ref - new)).sum(-1))
+    assert torch.allclose(kl_rows(ref, ref.expand(3, 2, 7)), torch.zeros(3, 2), atol=1e-6)
