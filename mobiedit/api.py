@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from .methods import METHODS, method_entry, method_name
 from .models import LoadedModel
 from .models import load_model as _load_folder
 from .outputs import check_output_dir, mark_output, weights_bytes
+from .profile import copy_sidecars
 from .requests import EditRequest, load_requests
 from .resolve import edit_layer_for, load_method_config, model_dir, run_overrides
 from .session import EditRecord, MethodConfig, base_model_of, check_fits, edit_sequential, prepare, seed_edited_keys
@@ -45,7 +45,6 @@ __all__ = ["METHODS", "EditRecord", "Evaluation", "LoadedModel", "edit", "edit_l
 log = logging.getLogger(__name__)
 
 #: files of a model folder that an edited copy carries along (fact-LM metadata, profile)
-SIDECARS = ("factlm.json", "factlm_corpus.txt", "mobiedit.json")
 
 PathLike = str | os.PathLike
 
@@ -154,9 +153,7 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
             records = edit_sequential(lm, reqs, cfg, ctx, journal, force=force, progress=progress)
             lm.model.save_pretrained(tmp, safe_serialization=True)
             lm.tokenizer.save_pretrained(tmp)
-            for extra in SIDECARS:
-                if (path / extra).is_file():
-                    shutil.copy2(path / extra, tmp / extra)
+            copy_sidecars(path, tmp)
         log.info("wrote %s (%d of %d edits applied)", out, sum(r.applied for r in records), len(records))
     if pres is not None:
         for rec, pre in zip(records, pres):

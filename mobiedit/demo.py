@@ -148,10 +148,10 @@ def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[
                runtime: str = "executorch", tokens: int = 4, quant: str | None = None) -> None:
     """Save ``lm`` (edited), export it to a bundle of ``runtime`` (`mobiedit export`'s default
     scheme) and answer from the bundle alone."""
-    import shutil
     import time
 
     from .export import export_bundle, load_bundle, run_bundle
+    from .profile import copy_sidecars
     from .config_io import merge
     from .export.config import default_export_config
 
@@ -162,9 +162,7 @@ def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[
     save_model(lm.model, str(edited / "model.safetensors"), metadata={"format": "pt"})  # a GGUF-loaded model too
     lm.model.config.to_json_file(edited / "config.json")
     lm.tokenizer.save_pretrained(edited)
-    for extra in ("factlm.json", "mobiedit.json"):
-        if (model_dir / extra).is_file():
-            shutil.copy2(model_dir / extra, edited / extra)
+    copy_sidecars(model_dir, edited)
     t0 = time.perf_counter()
     print(f"\nexporting the edited model to a {runtime} bundle ...", flush=True)
     over = {"edit": {"layer": layer}} | ({"quant": {"scheme": quant}} if quant else {})

@@ -23,9 +23,10 @@ the weight's dtype. A module's weight with edits e1..en active is defined as
 bit-identical to never having applied the undone edit. Callers that apply an edit themselves must
 use :func:`apply_factors` (or :meth:`Journal.bake`) to stay bit-identical.
 
-``edit --out DIR`` semantics: the CLI calls :meth:`Journal.bake` (every touched module :=
-base + active edits), saves the model into DIR and :meth:`Journal.copy_to` ``DIR/journal``. A
-model loaded from DIR therefore already holds its edits: :meth:`Journal.apply_all` refuses it
+``edit --out DIR`` semantics (:func:`mobiedit.api.edit`): the edit session writes each applied
+edit with :func:`~mobiedit.editing.update.apply_factors` onto the weight the journal replays to
+(so every touched module = base + active edits, bit-identical to :meth:`Journal.bake`), saves the
+model into DIR with the journal in ``DIR/journal``. A model loaded from DIR therefore already holds its edits: :meth:`Journal.apply_all` refuses it
 (it needs base weights), while :meth:`Journal.undo` and :meth:`Journal.bake` work because they
 start from ``base.safetensors``. One writer per journal at a time: writers hold
 :func:`mobiedit.journal_lock.journal_lock` (the folder's ``.lock``, which :meth:`Journal.open` ignores).

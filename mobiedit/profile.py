@@ -5,7 +5,7 @@ or sweep that chose it), the context-template settings, where the key statistics
 come from, and whether the model answers through its chat template. ``mobiedit trace
 --write-profile`` and ``mobiedit tune`` write it; ``edit``, ``bench``, ``export`` and the demo read it,
 so no ``--layer`` is needed afterwards. Every producer (the fact-LM trainer, ``quantize``, ``edit``'s
-output folder) writes or copies it through :func:`write_profile` / :func:`copy_profile`.
+output folder) writes or copies it through :func:`write_profile` / :func:`copy_sidecars`.
 """
 from __future__ import annotations
 
@@ -93,18 +93,30 @@ def write_profile(model_dir: str | os.PathLike, profile: ModelProfile) -> Path:
     return path
 
 
-def copy_profile(src_dir: str | os.PathLike, dst_dir: str | os.PathLike) -> None:
-    """Carry the profile (and a ``file:`` statistics corpus it names) to a derived folder."""
+#: the fact LM's training report, written by :mod:`mobiedit.factlm.train` (also the edit layer of
+#: folders written before profiles existed)
+FACTLM_META = "factlm.json"
+
+
+def copy_sidecars(src_dir: str | os.PathLike, dst_dir: str | os.PathLike) -> list[str]:
+    """Carry what describes a model to a folder derived from it (``edit --out``, ``quantize``, the
+    demo's edited copy): the profile, the ``file:`` statistics corpus it names and the fact LM's
+    training report. The one list of a model's sidecars; returns the names copied."""
     import shutil
 
-    prof = read_profile(src_dir)
-    if prof is None:
-        return
-    write_profile(dst_dir, prof)
-    if prof.stats_corpus.startswith("file:"):
-        name = prof.stats_corpus[5:]
-        if (Path(src_dir) / name).is_file():
-            shutil.copy2(Path(src_dir) / name, Path(dst_dir) / name)
+    src, dst = Path(src_dir), Path(dst_dir)
+    copied = []
+    prof = read_profile(src)
+    if prof is not None:
+        write_profile(dst, prof)
+        copied.append(PROFILE_FILE)
+        if prof.stats_corpus.startswith("file:") and (src / prof.stats_corpus[5:]).is_file():
+            shutil.copy2(src / prof.stats_corpus[5:], dst / prof.stats_corpus[5:])
+            copied.append(prof.stats_corpus[5:])
+    if (src / FACTLM_META).is_file():
+        shutil.copy2(src / FACTLM_META, dst / FACTLM_META)
+        copied.append(FACTLM_META)
+    return copied
 
 
 def resolve_layer(model_dir: str | os.PathLike, override: int | None) -> int:
@@ -114,7 +126,7 @@ def resolve_layer(model_dir: str | os.PathLike, override: int | None) -> int:
     prof = read_profile(model_dir)
     if prof is not None:
         return prof.edit_layer
-    legacy = Path(model_dir) / "factlm.json"  # a fact LM folder written before profiles existed
+    legacy = Path(model_dir) / FACTLM_META  # a fact LM folder written before profiles existed
     if legacy.is_file():
         try:
             layer = json.loads(legacy.read_text(encoding="utf-8")).get("edit_layer")

@@ -22,13 +22,13 @@ from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
 from .forward.stream import lower_layers_paged_out
-from .journal import Journal, apply_factors
+from .journal import Journal
 from .methods import METHODS, method_name
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
 from .methods.verify import check_written
 from .methods.mobiedit import MobiEditConfig, forward_model
 from .models import LoadedModel
-from .editing.update import null_space_projector
+from .editing.update import null_space_projector, write_factors
 from .errors import ConfigError
 from .requests import EditRequest
 from .editing.config import ROMEConfig
@@ -193,9 +193,7 @@ def step_progress(req: EditRequest, enabled: bool) -> Iterator[StepFn | None]:
 
 def apply_outcome(lm: LoadedModel, out: EditOutcome) -> None:
     """Write ``out``'s rank-one factors into the model (journal arithmetic, bit-reproducible)."""
-    weight = get_module(lm.model, lm.family.mlp_out, out.layer).weight
-    with torch.no_grad():
-        weight.copy_(apply_factors(weight, out.u, out.w, lm.family.weight_out_in))
+    write_factors(get_module(lm.model, lm.family.mlp_out, out.layer).weight, out.u, out.w, lm.family.weight_out_in)
 
 
 def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | None = None) -> None:
@@ -217,23 +215,76 @@ class EditRecord:
     scores: RequestScores | None = None
 
 
+@dataclass
+class EditSession:
+    """The per-model state of an editing run, built once by :meth:`open`: the method config, the
+    :class:`ModelContext` (templates, key statistics, null-space state), the forward model a
+    forward-only search runs on (one quantized copy for the whole session, not one per request),
+    and the journal applied edits are recorded in. It owns the weight write (:meth:`apply`):
+    float model, journal, the forward model's float copy of the edited matrix and the edited keys
+    change together."""
+
+    lm: LoadedModel
+    cfg: MethodConfig
+    ctx: ModelContext
+    fwd_model: torch.nn.Module | None = None
+    journal: Journal | None = None
+
+    @classmethod
+    def open(cls, lm: LoadedModel, cfg: MethodConfig, ctx: ModelContext, journal: Journal | None = None,
+             fwd_model: torch.nn.Module | None = None) -> "EditSession":
+        """A session over ``lm`` with ``ctx`` (from :func:`prepare`); ``fwd_model`` defaults to
+        :func:`forward_model_for` (quantized here, once)."""
+        return cls(lm, cfg, ctx, fwd_model if fwd_model is not None else forward_model_for(lm, cfg), journal)
+
+    def edit(self, req: EditRequest, on_step: StepFn | None = None) -> EditOutcome:
+        """Search and verify one edit on the model as it stands; nothing is written."""
+        return run_method(self.lm, req, self.cfg, self.ctx, self.fwd_model, on_step)
+
+    def _weight(self, layer: int) -> torch.nn.Parameter:
+        return get_module(self.lm.model, self.lm.family.mlp_out, layer).weight
+
+    def _sync_forward(self, layer: int) -> None:
+        """Copy the edited matrix into the forward model (it keeps that matrix in float: a float
+        island of :func:`~mobiedit.forward.quant.quantized_copy`, so the copy is exact)."""
+        if self.fwd_model is None or self.fwd_model is self.lm.model:
+            return
+        island = get_module(self.fwd_model, self.lm.family.mlp_out, layer).weight
+        with torch.no_grad():
+            island.copy_(self._weight(layer).to(island.dtype))
+
+    def apply(self, req: EditRequest, out: EditOutcome, record: bool = True) -> None:
+        """Write ``out`` (journaled first when the session has a journal and ``record``); later
+        searches of this session see the edited model, and the null-space rule its key."""
+        if record and self.journal is not None:
+            base = self._weight(out.layer).detach().clone()
+            self.journal.record(req, out.method, self.lm.family, out.layer, out.module, out.u, out.w, base,
+                                metrics=out.summary(), config={"seed": out.seed})
+        apply_outcome(self.lm, out)
+        self._sync_forward(out.layer)
+        if out.key is not None:  # later edits of this session solve against it (nullspace rule)
+            self.ctx.edited_keys.setdefault(out.layer, []).append(out.key)
+
+    def restore(self, layer: int, weight: torch.Tensor) -> None:
+        """Put ``weight`` back into the edit matrix (bit-exact; an independent bench edit's undo)."""
+        with torch.no_grad():
+            self._weight(layer).copy_(weight)
+        self._sync_forward(layer)
+
+
 def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig, ctx: ModelContext,
                     journal: Journal | None, force: bool = False, progress: bool = True) -> list[EditRecord]:
-    """Edit ``reqs`` in order on ``lm`` (modified in place), journaling applied edits."""
+    """Edit ``reqs`` in order on ``lm`` (modified in place) in one :class:`EditSession`,
+    journaling applied edits."""
     check_fits(lm, reqs, ctx)
+    session = EditSession.open(lm, cfg, ctx, journal)
     out: list[EditRecord] = []
     for req in tqdm(reqs, desc="edit", disable=not progress):
         with step_progress(req, progress) as on_step:
-            res = run_method(lm, req, cfg, ctx, on_step=on_step)
+            res = session.edit(req, on_step)
         apply = res.succeeded or force
         if apply:
-            if journal is not None:
-                base = get_module(lm.model, lm.family.mlp_out, res.layer).weight.detach().clone()
-                journal.record(req, res.method, lm.family, res.layer, res.module, res.u, res.w, base,
-                               metrics=res.summary(), config={"seed": res.seed})
-            apply_outcome(lm, res)
-            if res.key is not None:  # later edits of this session solve against it (nullspace rule)
-                ctx.edited_keys.setdefault(res.layer, []).append(res.key)
+            session.apply(req, res)
         else:
             why = ("the search's check passed, but the edited model does not meet it" if res.loop_succeeded
                    else f"search stopped: {res.status}")
@@ -248,17 +299,18 @@ def edit_independent(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig
     """Edit each request on the unedited model, score it, restore the weight bit-exactly.
     ``ability`` (built on the unedited model at the edit layer) adds fluency and perplexity."""
     check_fits(lm, reqs, ctx)
+    session = EditSession.open(lm, cfg, ctx, None, fwd_model)
     out: list[EditRecord] = []
     for req in tqdm(reqs, desc="edit+eval", disable=not progress):
         pre = pre_edit_snapshot(lm.model, lm.tokenizer, req, ability)
         with step_progress(req, progress) as on_step:
-            res = run_method(lm, req, cfg, ctx, fwd_model, on_step)
-        weight = get_module(lm.model, lm.family.mlp_out, res.layer).weight
-        saved = weight.detach().clone()
-        apply_outcome(lm, res)
+            res = session.edit(req, on_step)
+        saved = session._weight(res.layer).detach().clone()
+        keys = list(session.ctx.edited_keys.get(res.layer, []))
+        session.apply(req, res, record=False)
         scores = score_request(lm.model, lm.tokenizer, req, pre, ability)
-        with torch.no_grad():
-            weight.copy_(saved)
+        session.restore(res.layer, saved)
+        session.ctx.edited_keys[res.layer] = keys  # independent: no edit sees another's key
         out.append(EditRecord(req, res, True, scores))
     return out
 

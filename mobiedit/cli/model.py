@@ -31,9 +31,10 @@ def add_pretrain(sp: argparse.ArgumentParser) -> None:
 def cmd_pretrain(args: argparse.Namespace) -> int:
     """Train (or load the cached) fact LM ``--preset``; print its folder and knowledge report."""
     from ..factlm import ensure_fact_lm
+    from ..profile import FACTLM_META
 
     out = ensure_fact_lm(args.preset, progress=not args.quiet, force=args.force)
-    meta = json.loads((out / "factlm.json").read_text())
+    meta = json.loads((out / FACTLM_META).read_text())
     print(f"fact LM '{args.preset}' at {out}")
     print(json.dumps(meta["report"], indent=1))
     return 0

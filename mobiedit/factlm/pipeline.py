@@ -11,13 +11,13 @@ import torch
 
 from ..corpora import counterfact_records
 from ..evaluate import greedy_exact
-from ..profile import ModelProfile
+from ..profile import FACTLM_META, ModelProfile
 from .train import FactLMConfig, build_facts, corpus_sentences, make_model, save_folder, train_model, train_tokenizer
 
 log = logging.getLogger(__name__)
 
 CORPUS_FILE = "factlm_corpus.txt"
-META_FILE = "factlm.json"
+META_FILE = FACTLM_META
 
 
 def knowledge_report(model, tok, records: list[dict]) -> dict:

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from ..atomic import atomic_dir
-from ..profile import ModelProfile, write_profile
+from ..profile import FACTLM_META, ModelProfile, write_profile
 from ..errors import ConfigError
 from .corpus import Fact, facts_from_records, mine_templates, render
 
@@ -207,7 +207,7 @@ def save_folder(out: Path, model, tok, meta: dict, extra: dict[str, str] | None 
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        (tmp / "factlm.json").write_text(json.dumps(meta, indent=1))
+        (tmp / FACTLM_META).write_text(json.dumps(meta, indent=1))
         if profile is not None:
             write_profile(tmp, profile)
         for name, text in (extra or {}).items():

@@ -28,7 +28,6 @@ def save_quantized(model_dir, out, layer: int, cfg: QuantConfig, overwrite: bool
     :func:`mobiedit.models.load_model` reads to load them without an fp32 upcast. ``out`` passes
     :func:`mobiedit.outputs.check_output_dir` first (``overwrite``).
     """
-    import shutil
     from pathlib import Path
 
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig
@@ -38,6 +37,7 @@ def save_quantized(model_dir, out, layer: int, cfg: QuantConfig, overwrite: bool
     from ..families import family_for, get_module
     from ..models import read_config
     from ..outputs import check_output_dir, mark_output, weights_bytes
+    from ..profile import copy_sidecars
 
     if cfg.scheme == "none":
         raise ConfigError("scheme 'none' writes no quantized checkpoint", where="--scheme", fix="use w8a16 or w8a8")
@@ -61,8 +61,6 @@ def save_quantized(model_dir, out, layer: int, cfg: QuantConfig, overwrite: bool
         mark_output(tmp, "quantize")
         (Path(tmp) / SIDECAR).write_text(json.dumps({"format": 1, "scheme": cfg.scheme, "layer": layer,
                                                      "head_dtype": cfg.head_dtype}))
-        for extra in ("factlm.json", "mobiedit.json"):
-            if (src / extra).is_file():
-                shutil.copy2(src / extra, Path(tmp) / extra)
+        copy_sidecars(src, tmp)
     log.info("wrote %s (%s, float: %s, head %s)", out, cfg.scheme, islands, cfg.head_dtype)
     return Path(out)
