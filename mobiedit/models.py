@@ -102,7 +102,7 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     _check_safe_weights(path)
     check_config_against_weights(path, cfg, family)  # before transformers builds a module from cfg
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from .forward.quant import lower_loaded, read_sidecar
+    from .quant_io import lower_loaded, read_sidecar
 
     side = read_sidecar(path)  # a `mobiedit quantize` folder with a bf16-stored head: load it narrow
     narrow = side is not None and side["head_dtype"] != "float32"

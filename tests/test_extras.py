@@ -10,13 +10,12 @@ import importlib
 import importlib.metadata
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from tools.import_graph import edges, modules
-
-tomllib = pytest.importorskip("tomllib")
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from mobiedit.forward.head import ChunkedHead, lower_head
+from mobiedit.head import ChunkedHead, lower_head
 from mobiedit.forward.quant import SIDECAR, QuantConfig, quantized_copy
 from mobiedit.forward.quant_save import save_quantized
 from mobiedit.methods.mobiedit import MobiEditConfig

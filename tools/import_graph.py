@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "mobiedit.weights_check", "mobiedit.profile", "mobiedit.requests", "mobiedit.prompts",
               "mobiedit.config_io", "mobiedit.corpora", "mobiedit.hooks", "mobiedit.outputs", "mobiedit.atomic",
               "mobiedit.jsonio", "mobiedit.journal_lock", "mobiedit.digest", "mobiedit.paths", "mobiedit.rss",
-              "mobiedit.termsafe", "mobiedit.quiet")),
+              "mobiedit.termsafe", "mobiedit.quiet", "mobiedit.head", "mobiedit.quant_io")),
 )
 ROOT_PACKAGE = "mobiedit"
 

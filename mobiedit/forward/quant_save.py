@@ -11,7 +11,7 @@ import logging
 import torch
 
 from ..errors import ConfigError
-from .head import head_dtype_of
+from ..head import head_dtype_of
 from .quant import SIDECAR, QuantConfig
 
 log = logging.getLogger(__name__)

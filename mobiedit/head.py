@@ -15,8 +15,8 @@ import logging
 
 import torch
 
-from ..errors import ConfigError
-from ..families import Family, get_module
+from .errors import ConfigError
+from .families import Family, get_module
 
 log = logging.getLogger(__name__)
 
