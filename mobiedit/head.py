@@ -6,7 +6,7 @@ head in fp32 on slices of vocabulary rows upcast on the fly, and the embedding's
 so every activation — and so the perturbation signal the ZO loop reads — stays fp32. Rounding the
 weights once is a fixed change of the model (like int8 body weights), not noise on the losses.
 
-Invariant: after :func:`lower_head` the model's head and embedding weights are stored in the
+Invariant: after :func:`narrow_head` the model's head and embedding weights are stored in the
 given dtype, its outputs are fp32, and a tied head and embedding still share one tensor.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _set_module(model: torch.nn.Module, name: str, new: torch.nn.Module) -> None
     setattr(model.get_submodule(parent) if parent else model, child, new)
 
 
-def lower_head(model: torch.nn.Module, family: Family, dtype: torch.dtype) -> torch.nn.Module:
+def narrow_head(model: torch.nn.Module, family: Family, dtype: torch.dtype) -> torch.nn.Module:
     """Store ``model``'s LM head and token embedding in ``dtype`` (in place; fp32 is a no-op).
 
     The head becomes a :class:`ChunkedHead`; the embedding gets a forward hook that upcasts its
@@ -98,5 +98,5 @@ def lower_head(model: torch.nn.Module, family: Family, dtype: torch.dtype) -> to
 
 
 def head_param_names(family: Family) -> set[str]:
-    """State-dict names of the head and embedding weights (the tensors :func:`lower_head` narrows)."""
+    """State-dict names of the head and embedding weights (the tensors :func:`narrow_head` narrows)."""
     return {f"{family.lm_head}.weight", f"{family.embed}.weight"}

@@ -102,7 +102,7 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     _check_safe_weights(path)
     check_config_against_weights(path, cfg, family)  # before transformers builds a module from cfg
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from .quant_io import lower_loaded, read_sidecar
+    from .quant_io import narrow_loaded, read_sidecar
 
     side = read_sidecar(path)  # a `mobiedit quantize` folder with a bf16-stored head: load it narrow
     narrow = side is not None and side["head_dtype"] != "float32"
@@ -125,7 +125,7 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
                                  fix="use the config.json that belongs to these weights (incomplete or mixed checkpoint?)")
     check_supported(model.config, family, str(path / "config.json"))
     if narrow:  # never upcast the 0.5 GB head just to narrow it again
-        model = lower_loaded(model, family, path, side)
+        model = narrow_loaded(model, family, path, side)
     for name, param in model.named_parameters():
         if not _all_finite(param):
             raise ModelLoadError(f"parameter {name!r} contains NaN/Inf", where=str(path),

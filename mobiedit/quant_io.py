@@ -9,7 +9,7 @@ import logging
 import torch
 
 from .families import Family
-from .head import HEAD_DTYPES, head_dtype_of, head_param_names, lower_head
+from .head import HEAD_DTYPES, head_dtype_of, head_param_names, narrow_head
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ def restore_float_params(model: torch.nn.Module, folder, skip: set[str]) -> int:
     return done
 
 
-def lower_loaded(model: torch.nn.Module, family: Family, folder, meta: dict) -> torch.nn.Module:
+def narrow_loaded(model: torch.nn.Module, family: Family, folder, meta: dict) -> torch.nn.Module:
     """Finish loading a bf16-loaded pre-quantized model: fp32 islands back, head as ChunkedHead."""
     skip = head_param_names(family)
     n = restore_float_params(model, folder, skip)
     log.info("restored %d fp32 parameters; head stored as %s", n, meta["head_dtype"])
-    return lower_head(model, family, head_dtype_of(meta["head_dtype"], SIDECAR))
+    return narrow_head(model, family, head_dtype_of(meta["head_dtype"], SIDECAR))

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
-from .forward.stream import lower_layers_paged_out
+from .forward.stream import layers_paged_out
 from .journal import Journal
 from .methods import METHODS, method_name
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
@@ -114,7 +114,7 @@ def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = Fals
     the lower layers (:mod:`mobiedit.forward.stream`) does so here as well."""
     mom2 = getattr(cfg, "mom2_adjustment", True)
     corpus = stats_corpus_for(lm) if mom2 else None
-    paging = lower_layers_paged_out(lm.model, lm.family, cfg.layer) \
+    paging = layers_paged_out(lm.model, lm.family, cfg.layer) \
         if getattr(cfg, "page_out_lower", False) and getattr(cfg, "prefix_reuse", False) else nullcontext()
     with paging:
         ctx = prepare_context(lm, [cfg.layer], cfg.context, corpus.texts if corpus else None,

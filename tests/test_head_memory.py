@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from mobiedit.head import ChunkedHead, lower_head
+from mobiedit.head import ChunkedHead, narrow_head
 from mobiedit.forward.quant import SIDECAR, QuantConfig, quantized_copy
 from mobiedit.forward.quant_save import save_quantized
 from mobiedit.methods.mobiedit import MobiEditConfig
@@ -50,7 +50,7 @@ def test_lower_head_keeps_a_tied_pair_tied_and_activations_fp32(tiny_llama_dir):
         got = m(input_ids=ids).logits
     assert got.dtype == torch.float32
     assert 0 < (got - ref).abs().max() < 0.05 * ref.abs().max()  # rounded weights, not a different model
-    assert lower_head(m, lm.family, torch.bfloat16) is m and len(emb._forward_hooks) == 1  # idempotent
+    assert narrow_head(m, lm.family, torch.bfloat16) is m and len(emb._forward_hooks) == 1  # idempotent
 
 
 def test_bf16_head_checkpoint_loads_narrow_and_equals_the_in_memory_copy(tiny_llama_dir, tmp_path):

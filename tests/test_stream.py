@@ -11,7 +11,7 @@ import torch
 from mobiedit.families import get_module
 from mobiedit.forward.quant import QuantConfig, quantized_copy
 from mobiedit.forward.quant_save import save_quantized
-from mobiedit.forward.stream import lower_layers_paged_out
+from mobiedit.forward.stream import layers_paged_out
 from mobiedit.methods.mobiedit import MobiEditConfig
 from mobiedit.models import load_model
 from mobiedit.requests import EditRequest
@@ -47,7 +47,7 @@ def test_lower_layers_leave_the_resident_set_and_compute_the_same(tiny_llama_dir
     ranges = file_backed_ranges(_lower_params(lm.model, lm.family))
     assert ranges and _present(ranges) > 0
     upper = file_backed_ranges(get_module(lm.model, lm.family.layer, LAYER + 1).parameters())
-    with lower_layers_paged_out(lm.model, lm.family, LAYER) as covered:
+    with layers_paged_out(lm.model, lm.family, LAYER) as covered:
         assert covered == sum(hi - lo for lo, hi in ranges)
         assert _present(ranges) == 0
         with torch.no_grad():
@@ -63,7 +63,7 @@ def test_in_memory_weights_are_never_paged_out(tiny_llama_dir):
     lm = load_model(tiny_llama_dir)
     q = quantized_copy(lm.model, lm.family, LAYER, QuantConfig("w8a16"))
     assert file_backed_ranges(_lower_params(q, lm.family)) == []
-    with lower_layers_paged_out(q, lm.family, LAYER) as covered:
+    with layers_paged_out(q, lm.family, LAYER) as covered:
         assert covered == 0
     assert all(not m._forward_hooks for m in q.modules())
 

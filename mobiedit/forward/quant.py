@@ -22,7 +22,7 @@ import torch
 
 from ..errors import ConfigError
 from ..families import Family
-from ..head import head_dtype_of, lower_head
+from ..head import head_dtype_of, narrow_head
 from ..quant_io import SIDECAR  # noqa: F401  (re-exported: the sidecar a pre-quantized folder carries)
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def quantized_copy(model: torch.nn.Module, family: Family, layer: int, cfg: Quan
     if cfg.scheme == "none" and cfg.head_dtype == "float32":
         return model
     q = quantize_inplace(copy.deepcopy(model), family, layer, cfg)
-    return lower_head(q, family, head_dtype_of(cfg.head_dtype, "quant.head_dtype"))
+    return narrow_head(q, family, head_dtype_of(cfg.head_dtype, "quant.head_dtype"))
 
 
 def quantize_inplace(q: torch.nn.Module, family: Family, layer: int, cfg: QuantConfig) -> torch.nn.Module:

@@ -4,7 +4,7 @@ The prefix-reusing loop runs only layers > l (:class:`~mobiedit.forward.graph.Pr
 the delta to layer l's output, which the prefix state holds together with everything below, see
 :mod:`mobiedit.forward.prefix`). Layers ≤ l run a handful of times per edit (context templates,
 prefix state, the key k*) and never inside the loop, so on a phone their weights need not stay
-resident. :func:`lower_layers_paged_out` hooks each module of those layers: right after
+resident. :func:`layers_paged_out` hooks each module of those layers: right after
 it runs, its file-backed weight pages (an mmap'd pre-quantized checkpoint) are handed back to the
 kernel with ``MADV_PAGEOUT`` (:func:`mobiedit.rss.page_out`) and are read back from the file the
 next time it runs. Nothing is discarded — the weights stay bit-identical — and weights in
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def lower_layers_paged_out(model: torch.nn.Module, family: Family, layer: int) -> Iterator[int]:
+def layers_paged_out(model: torch.nn.Module, family: Family, layer: int) -> Iterator[int]:
     """While active, each module of decoder layers ``0..layer`` (inclusive) of ``model`` pages its
     file-backed weights out after each forward. Yields the bytes it covers (0: nothing
     file-backed, a no-op)."""

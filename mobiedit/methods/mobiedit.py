@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..forward.graph import FullGraph, PrefixGraph
 from ..forward.prefix import compute_prefix_state
 from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, quantized_copy
-from ..forward.stream import lower_layers_paged_out
+from ..forward.stream import layers_paged_out
 from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig
@@ -98,7 +98,7 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
     t0 = time.perf_counter()
     if fwd_model is None:
         fwd_model = forward_model(lm, cfg)
-    paging = lower_layers_paged_out(fwd_model, lm.family, cfg.layer) if cfg.page_out_lower and cfg.prefix_reuse \
+    paging = layers_paged_out(fwd_model, lm.family, cfg.layer) if cfg.page_out_lower and cfg.prefix_reuse \
         else nullcontext()  # a full-graph loop runs every layer each step: nothing to page out
     with paging:
         return _search(lm, req, cfg, ctx, fwd_model, t0, on_step)
