@@ -241,7 +241,8 @@ class EditSession:
         """Search and verify one edit on the model as it stands; nothing is written."""
         return run_method(self.lm, req, self.cfg, self.ctx, self.fwd_model, on_step)
 
-    def _weight(self, layer: int) -> torch.nn.Parameter:
+    def weight(self, layer: int) -> torch.nn.Parameter:
+        """The edited matrix of ``layer`` in the float model."""
         return get_module(self.lm.model, self.lm.family.mlp_out, layer).weight
 
     def _sync_forward(self, layer: int) -> None:
@@ -251,24 +252,26 @@ class EditSession:
             return
         island = get_module(self.fwd_model, self.lm.family.mlp_out, layer).weight
         with torch.no_grad():
-            island.copy_(self._weight(layer).to(island.dtype))
+            island.copy_(self.weight(layer).to(island.dtype))
 
-    def apply(self, req: EditRequest, out: EditOutcome, record: bool = True) -> None:
-        """Write ``out`` (journaled first when the session has a journal and ``record``); later
-        searches of this session see the edited model, and the null-space rule its key."""
-        if record and self.journal is not None:
-            base = self._weight(out.layer).detach().clone()
+    def apply(self, req: EditRequest, out: EditOutcome, keep: bool = True) -> None:
+        """Write ``out``. ``keep``: the edit stays — journaled first (when the session has a
+        journal), and its key joins the edited keys later null-space solves protect; without
+        ``keep`` it is a trial (an independent bench edit) that :meth:`restore` undoes."""
+        if keep and self.journal is not None:
+            base = self.weight(out.layer).detach().clone()
             self.journal.record(req, out.method, self.lm.family, out.layer, out.module, out.u, out.w, base,
                                 metrics=out.summary(), config={"seed": out.seed})
         apply_outcome(self.lm, out)
-        self._sync_forward(out.layer)
-        if out.key is not None:  # later edits of this session solve against it (nullspace rule)
+        if keep:  # a trial is scored on the float model and undone before any search sees it
+            self._sync_forward(out.layer)
+        if keep and out.key is not None:  # later null-space solves of this session protect it
             self.ctx.edited_keys.setdefault(out.layer, []).append(out.key)
 
     def restore(self, layer: int, weight: torch.Tensor) -> None:
         """Put ``weight`` back into the edit matrix (bit-exact; an independent bench edit's undo)."""
         with torch.no_grad():
-            self._weight(layer).copy_(weight)
+            self.weight(layer).copy_(weight)
         self._sync_forward(layer)
 
 
@@ -305,12 +308,10 @@ def edit_independent(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig
         pre = pre_edit_snapshot(lm.model, lm.tokenizer, req, ability)
         with step_progress(req, progress) as on_step:
             res = session.edit(req, on_step)
-        saved = session._weight(res.layer).detach().clone()
-        keys = list(session.ctx.edited_keys.get(res.layer, []))
-        session.apply(req, res, record=False)
+        saved = session.weight(res.layer).detach().clone()
+        session.apply(req, res, keep=False)
         scores = score_request(lm.model, lm.tokenizer, req, pre, ability)
         session.restore(res.layer, saved)
-        session.ctx.edited_keys[res.layer] = keys  # independent: no edit sees another's key
         out.append(EditRecord(req, res, True, scores))
     return out
 
