@@ -35,6 +35,12 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "rome": ("rome", {}),
     # the same search and objective, backprop through the prefix-reusing graph only (issue 17)
     "rome-lean": ("rome", {"prefix_reuse": True}),
+    # both searches on bf16 matmuls (forward.quant "bf16": AMX/AVX512-BF16 kernels, fp32 elsewhere)
+    "rome-lean-bf16": ("rome", {"prefix_reuse": True, "quant": {"scheme": "bf16"}}),
+    "fzoo-bf16": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "bf16"}}),
+    # the search sees what the write delivers at each row's key (UpdateConfig.written_gain, issue 18)
+    "rome-written": ("rome", {"update": {"written_gain": True}}),
+    "fzoo-written": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"written_gain": True}}),
     "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),
     "paper-check": ("mobiedit", {"zo": {**_PAPER, "loss_tol": 0.0}, "quant": _W8A16}),
     "fzoo-w8a8": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a8"}}),
@@ -104,17 +110,23 @@ def row_identity(name: str, model_dir: str, req_file: str, layer: int, seed: int
 def verdict_figures(recs: list[dict]) -> dict:
     """Verify after write (:mod:`mobiedit.methods.verify`): the search's own success rate, how
     often its verdict agrees with the edited model's, the edits it called done that the edited
-    model does not say, and the write error at the context templates' keys (median of the
+    model does not say, the same for the search graph's ``edit_holds`` at the found delta (the
+    edited model's own rule, without the search's NLL margin: ``holds_agreement``), and the write error at the context templates' keys (median of the
     per-edit means). Empty when the row did not verify."""
     checked = [r for r in recs if r.get("loop_succeeded") is not None]
     if not checked:
         return {}
     errs = sorted(r["write"]["write_error_templates_mean"] for r in checked)
-    return {"loop_success_rate": 100.0 * sum(r["loop_succeeded"] for r in checked) / len(checked),
-            "verdict_agreement": 100.0 * sum(r["loop_succeeded"] == r["succeeded"] for r in checked) / len(checked),
-            "loop_only_successes": sum(r["loop_succeeded"] and not r["succeeded"] for r in checked),
-            "write_error_templates_median": statistics.median(errs),
-            "write_error_plain_max": max(r["write"]["write_error_plain"] for r in checked)}
+    out = {"loop_success_rate": 100.0 * sum(r["loop_succeeded"] for r in checked) / len(checked),
+           "verdict_agreement": 100.0 * sum(r["loop_succeeded"] == r["succeeded"] for r in checked) / len(checked),
+           "loop_only_successes": sum(r["loop_succeeded"] and not r["succeeded"] for r in checked),
+           "write_error_templates_median": statistics.median(errs),
+           "write_error_plain_max": max(r["write"]["write_error_plain"] for r in checked)}
+    held = [r for r in checked if r.get("loop_holds") is not None]  # logs older than the field lack it
+    if held:  # the same rule (edit_holds) on the search's graph and on the edited model
+        out["holds_agreement"] = 100.0 * sum(r["loop_holds"] == r["succeeded"] for r in held) / len(held)
+        out["loop_holds_only"] = sum(r["loop_holds"] and not r["succeeded"] for r in held)
+    return out
 
 
 def row_summary(name: str, layer: int, rlog, case_ids: list[str]) -> dict:
@@ -176,7 +188,7 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
             rlog.add(req.case_id, rec.scores, method=o.method, succeeded=bool(o.succeeded), status=o.status,
                      loss_evals=o.loss_evals, sequences=o.sequences, forward_calls=o.forward_calls,
                      backward_calls=o.backward_calls, wall_s=o.wall_time, peak_rss_mb=peak_rss_mb(), pid=os.getpid(),
-                     loop_succeeded=o.loop_succeeded, write=o.write,
+                     loop_succeeded=o.loop_succeeded, loop_holds=o.loop_holds, write=o.write,
                      distinct_evals=o.distinct_evals if o.distinct_evals is not None else o.loss_evals)
     res = row_summary(name, layer, rlog, [r.case_id for r in reqs])
     Path(out).write_text(json.dumps(res))
@@ -266,10 +278,10 @@ def format_rows(results: list[dict]) -> str:
     """One line per row: token-accuracy metrics, probability metrics, locality against the unedited
     model (locU) and the ground truth (locT), fluency before→after (bits), perplexity change (%),
     the success rate (the edited model's verdict), the search's own (loop%) and their agreement,
-    then the cost columns."""
+    the agreement of the search graph's edit_holds with it (agreeH%), then the cost columns."""
     head = (f"{'row':<20}{'n':>5}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'locU':>6}"
             f"{'locT':>6}{'flu pre>post':>13}{'ppl%':>7}{'succ%':>7}"
-            f"{'loop%':>7}{'agree%':>7}{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
+            f"{'loop%':>7}{'agree%':>7}{'agreeH%':>8}{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
     lines = [head]
     nan = float("nan")
     for r in results:
@@ -280,6 +292,7 @@ def format_rows(results: list[dict]) -> str:
                      f"{q.get('locality_unchanged', nan):>6.1f}{q.get('locality_truth', nan):>6.1f}"
                      f"{_fluency(q):>13}{q.get('perplexity_change_pct', nan):>7.2f}"
                      f"{r['success_rate']:>7.1f}{r.get('loop_success_rate', nan):>7.1f}{r.get('verdict_agreement', nan):>7.1f}"
+                     f"{r.get('holds_agreement', nan):>8.1f}"
                      f"{(med if med is not None else float('nan')):>11.0f}"
                      f"{r['sequences_mean']:>9.0f}{r['forward_calls_mean']:>7.0f}{r['backward_calls_mean']:>6.0f}"
                      f"{r['wall_per_edit_s']:>8.2f}{r['peak_rss_mb']:>8.0f}")

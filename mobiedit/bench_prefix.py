@@ -60,12 +60,13 @@ def time_graph(graph: torch.nn.Module, deltas: torch.Tensor, reps: int) -> float
 
 
 def prefix_speedup(model, family: Family, layer: int, inputs, st: PrefixState, cfg, K: int = 17,
-                   reps: int = 5, generator: torch.Generator | None = None) -> dict:
-    """Measured and theoretical speed-up of prefix reuse for one edit's graph."""
+                   reps: int = 5, generator: torch.Generator | None = None, full: bool = True) -> dict:
+    """Measured and theoretical speed-up of prefix reuse for one edit's graph (``full`` False: the
+    prefix graph's step time alone; the full graph's time and the measured speed-up are NaN)."""
     g = generator or torch.Generator().manual_seed(0)
     deltas = torch.randn(K, st.h_suffix.shape[-1], generator=g) * 0.01
     t_prefix = time_graph(PrefixGraph(model, family, st, cfg), deltas, reps)
-    t_full = time_graph(FullGraph(model, family, layer, inputs, st, cfg), deltas, reps)
+    t_full = time_graph(FullGraph(model, family, layer, inputs, st, cfg), deltas, reps) if full else float("nan")
     lens = [int(x) for x in inputs.batch.attention_mask.sum(-1)]
     f_full, f_pre = flops(model, family, layer, st, lens, K)
     measured, theory = t_full / t_prefix, f_full / f_pre
@@ -73,7 +74,8 @@ def prefix_speedup(model, family: Family, layer: int, inputs, st: PrefixState, c
             "fraction_of_theory": measured / theory, "flops_full": f_full, "flops_prefix": f_pre}
 
 
-def measure(model_dir: str, layer: int, n_requests: int, K: int, reps: int, quant: str, seed: int = 0) -> dict:
+def measure(model_dir: str, layer: int, n_requests: int, K: int, reps: int, quant: str, seed: int = 0,
+            full: bool = True) -> dict:
     """Prefix reuse on ``n_requests`` bundled requests of one model: per-request speed-up and FLOP
     ratio (float or quantized forward graph), plus their medians. One torch thread is the caller's job."""
     import statistics
@@ -95,7 +97,7 @@ def measure(model_dir: str, layer: int, n_requests: int, K: int, reps: int, quan
     for req in load_requests(bundled_path("counterfact-edit-1k.json"))[:n_requests]:
         inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, obj)
         st = compute_prefix_state(fwd, lm.family, layer, inputs)
-        rows.append(prefix_speedup(fwd, lm.family, layer, inputs, st, obj, K=K, reps=reps, generator=g))
+        rows.append(prefix_speedup(fwd, lm.family, layer, inputs, st, obj, K=K, reps=reps, generator=g, full=full))
         log.info("request %s: %.2fx measured vs %.2fx FLOPs", req.case_id, rows[-1]["speedup"], rows[-1]["flop_ratio"])
     med = {k: statistics.median(r[k] for r in rows) for k in ("speedup", "flop_ratio", "fraction_of_theory",
                                                                "t_full_s", "t_prefix_s")}
@@ -120,9 +122,14 @@ def cmd_bench_prefix(args) -> int:
     torch.set_num_threads(1)
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
-    results = [measure(str(model_dir), layer, args.n, args.K, args.reps, q) for q in args.quant.split(",")]
+    results = [measure(str(model_dir), layer, args.n, args.K, args.reps, q, full=not args.prefix_only)
+               for q in args.quant.split(",")]
     for r in results:
         print(format_result(r), flush=True)
+    ref = next((r["median"]["t_prefix_s"] for r in results if r["quant"] == "none"), None)
+    if ref:  # the loop's step of each forward beside fp32 eager, measured in this run
+        print("prefix step time / fp32 eager's: " + ", ".join(f"{r['quant']} {r['median']['t_prefix_s'] / ref:.2f}"
+                                                          for r in results))
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(results, indent=1))
     return 0
@@ -142,7 +149,9 @@ def register(sub) -> None:
     sp = _model_args(sub, "bench-prefix", "prefix-activation reuse: measured per-step speed-up vs FLOP ratio")
     sp.add_argument("--K", type=int, default=17, help="deltas per step (FZOO: 16 directions + base)")
     sp.add_argument("--reps", type=int, default=5, help="timed calls per graph (median)")
-    sp.add_argument("--quant", default="none,w8a16", help="comma-separated forward graphs: none, w8a16, w8a8")
+    sp.add_argument("--quant", default="none,w8a16", help="comma-separated forward graphs: none, w8a16, w8a8, bf16")
+    sp.add_argument("--prefix-only", action="store_true",
+                    help="time the prefix graph only (the loop's step; skips the slow full graph): per-scheme step times")
     sp.set_defaults(fn=cmd_bench_prefix)
 
 

@@ -147,7 +147,8 @@ def _prefix_child(folder: str, layer: int, K: int, reps: int, out: str) -> None:
     from .quiet import quiet_libraries
 
     quiet_libraries()
-    res = [measure(folder, layer, 1, K, reps, q) for q in ("none", "w8a16")]
+    # each forward's step beside fp32 eager; the full graph (the prefix speed-up) timed on fp32 only
+    res = [measure(folder, layer, 1, K, reps, q, full=q == "none") for q in ("none", "w8a16", "bf16")]
     Path(out).write_text(json.dumps(res))
 
 
@@ -186,6 +187,10 @@ def cmd_bench_shape(args) -> int:
           f"per-step wall ratio = {res['wall_ratio_mobiedit_over_rome_per_step']:.3f}")
     for r in prefix:
         print(format_result(r))
+    if prefix:
+        ref = prefix[0]["median"]["t_prefix_s"]
+        print("prefix step time / fp32 eager's: " + ", ".join(f"{r['quant']} {r['median']['t_prefix_s'] / ref:.2f}"
+                                                          for r in prefix))
     if args.out:
         atomic_write_text(args.out, json.dumps(res, indent=1))
     return 0

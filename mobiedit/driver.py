@@ -71,7 +71,9 @@ class ValueSearch:
     """One value search's result (nothing written).
 
     ``delta``: [d] float32 in model units (``z · s``). ``succeeded``: the loop's verdict (stopped
-    on success, or its final delta passes the rule). Counters: ``evals`` loss evaluations (a batch
+    on success, or its final delta passes the rule). ``holds``: the search graph shows the target at
+    ``delta`` (:func:`~mobiedit.editing.objective.edit_holds` alone, without the NLL margin): the
+    verdict comparable with the edited model's, which applies that rule. Counters: ``evals`` loss evaluations (a batch
     of K counts K, a check 1); ``distinct_evals`` those at distinct points (the paper's estimator
     proposes x itself n times a step: :func:`~mobiedit.zo.estimators.distinct_rows_per_step`);
     ``sequences`` prompt sequences run (``evals · n_rows``); ``calls`` graph invocations (forward
@@ -81,6 +83,7 @@ class ValueSearch:
     delta: torch.Tensor
     status: str
     succeeded: bool
+    holds: bool
     losses: list[float]
     evals: int
     distinct_evals: int
@@ -126,17 +129,21 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
             on_step(n["calls"], float(losses.min()))
         return losses.double().numpy()
 
+    last = {"holds": False}
+
     def check(x: np.ndarray) -> bool:
         delta = _model_units(x, scale).view(1, -1)
         losses, correct = graph(delta)
         n["evals"] += 1; n["distinct"] += 1; n["calls"] += 1
-        return success_holds(float(losses[0]), correct[0], graph.target_len, float(delta.norm()), v_norm,
-                             objective, recipe.success)
+        last["holds"] = edit_holds(full_rows(correct[0], graph.target_len), recipe.success.fraction)
+        return last["holds"] and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective,
+                                               recipe.success.nll)
 
     res = run_zo(forward, check if early_stop else None, np.zeros(d, dtype=np.float32), zcfg, backend=backend)
     res.raise_for_status()
     x = np.asarray(res.x, dtype=np.float32)
-    succeeded = res.succeeded or check(x)
+    succeeded = res.succeeded or check(x)  # stopped on success: the rule (and so edit_holds) passed at x
     return ValueSearch(delta=_model_units(x, scale), status=res.status.value, succeeded=succeeded,
+                       holds=succeeded or last["holds"],
                        losses=list(res.history), evals=n["evals"], distinct_evals=n["distinct"],
                        sequences=n["evals"] * graph.n_rows, calls=n["calls"], zo=zcfg, scale=scale)

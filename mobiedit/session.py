@@ -21,6 +21,7 @@ from tqdm import tqdm
 from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
+from .forward.quant import quantized_copy
 from .forward.stream import layers_paged_out
 from .journal import Journal
 from .methods import METHODS, method_name
@@ -147,8 +148,13 @@ def seed_edited_keys(lm: LoadedModel, ctx: ModelContext, journal: Journal, layer
 
 
 def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | None:
-    """The forward model a forward-only config searches on, built once (None for backprop ROME)."""
-    return forward_model(lm, cfg) if isinstance(cfg, MobiEditConfig) else None
+    """The model ``cfg``'s value search runs on, built once: MobiEdit's forward model, a backprop
+    config's quantized copy when its ``quant`` asks for one (None: ROME on the float model)."""
+    if isinstance(cfg, MobiEditConfig):
+        return forward_model(lm, cfg)
+    if cfg.quant.scheme == "none" and cfg.quant.head_dtype == "float32":
+        return None
+    return quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
 
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,

@@ -67,9 +67,30 @@ def test_search_value_counts_and_units(backend, early_stop):
     assert len(found.losses) == len(forwards) == len(steps)
     assert [c for c, _ in steps] == [i + 1 for i, c in enumerate(graph.calls) if c == K]
     if early_stop:
-        assert found.status == "SUCCESS_CHECK" and found.succeeded
+        assert found.status == "SUCCESS_CHECK" and found.succeeded and found.holds
     else:
         assert found.status == "MAX_STEPS" and graph.calls[-1] == 1  # the final delta checked once
+
+
+@pytest.mark.parametrize("backend", ["python", "native"])
+def test_holds_is_the_row_rule_without_the_margin(backend):
+    """``holds`` (the verdict comparable with the edited model's) is edit_holds at the found delta;
+    ``succeeded`` adds the NLL margin. A margin no loss can meet: the search fails, the rows hold."""
+    d = 8
+    target = torch.linspace(-1, 1, d) * 0.5
+    zo = dataclasses.replace(FZOO.zo, n_dirs=4, max_steps=40, max_evals=10_000, lr=0.05)
+    obj = dataclasses.replace(ObjectiveConfig(), weight_decay=0.0)
+
+    class Offset(Quadratic):  # the loss never falls below 5: over any margin < 5
+        def __call__(self, deltas):
+            losses, correct = super().__call__(deltas)
+            return losses + 5.0, correct
+
+    found = search_value(Offset(target), torch.full((d,), 2.0), obj, EditRecipe(zo, SuccessCriterion(0.5, 1.0)), backend)
+    assert not found.succeeded and found.holds and found.status == "MAX_STEPS"
+    far = search_value(Offset(target + 100.0), torch.full((d,), 2.0), obj,
+                       EditRecipe(dataclasses.replace(zo, max_steps=2), SuccessCriterion(0.5, 1.0)), backend)
+    assert not far.succeeded and not far.holds
 
 
 def test_search_value_raises_on_nonfinite_losses():

@@ -48,14 +48,16 @@ LossFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def full_loss_fn(model, family: Family, inputs: EditInputs, layer: int, kl_ref: torch.Tensor,
-                 v_init_norm: float, cfg: ObjectiveConfig) -> LossFn:
+                 v_init_norm: float, cfg: ObjectiveConfig, row_gain: torch.Tensor | None = None) -> LossFn:
     """ROME's own evaluation: the whole model, ``delta`` hooked onto the MLP output of ``layer`` at
-    every row's subject; autograd through everything (the ``rome`` row)."""
+    every row's subject (times ``row_gain[b]`` at row b when given); autograd through everything
+    (the ``rome`` row)."""
     b = inputs.batch.to(next(model.parameters()).device)
     mod = get_module(model, family.mlp_out, layer)
+    gain = None if row_gain is None else row_gain.to(b.input_ids.device).unsqueeze(-1)
 
     def fn(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        with rewrite_output(mod, add_at_positions(delta, b.subject_idx)):
+        with rewrite_output(mod, add_at_positions(delta if gain is None else gain * delta, b.subject_idx)):
             logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
         loss = value_loss(logits, inputs, kl_ref, delta.norm(), v_init_norm, cfg)
         return loss, rows_correct(logits.detach(), inputs)
@@ -116,16 +118,22 @@ def adam_value_search(loss_fn: LossFn, v_init: torch.Tensor, cfg: ROMEConfig,
 
 
 def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig,
-              on_step: Callable[[int, float], None] | None = None) -> ValueResult:
+              on_step: Callable[[int, float], None] | None = None,
+              row_gain: torch.Tensor | None = None) -> ValueResult:
     """Find v* by :func:`adam_value_search` — through the whole model (ROME), or, with
-    ``cfg.prefix_reuse``, through the prefix-reusing graph the forward-only method uses."""
+    ``cfg.prefix_reuse``, through the prefix-reusing graph the forward-only method uses.
+    ``row_gain`` [B]: the delta's gain per prompt row (``UpdateConfig.written_gain``)."""
     if cfg.prefix_reuse:
+        import dataclasses
+
         from ..forward.graph import PrefixGraph
         from ..forward.prefix import compute_prefix_state
 
         state = compute_prefix_state(model, family, cfg.layer, inputs)
+        if row_gain is not None:
+            state = dataclasses.replace(state, row_gain=row_gain.to(state.h_suffix.device))
         return adam_value_search(prefix_loss_fn(PrefixGraph(model, family, state, cfg.objective)),
                                  state.v_init, cfg, on_step)
     v_init, kl_ref = init_value_and_kl(model, family, cfg.layer, inputs)
-    fn = full_loss_fn(model, family, inputs, cfg.layer, kl_ref, float(v_init.norm()), cfg.objective)
+    fn = full_loss_fn(model, family, inputs, cfg.layer, kl_ref, float(v_init.norm()), cfg.objective, row_gain)
     return adam_value_search(fn, v_init, cfg, on_step)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..forward.quant import QuantConfig
 from ..recipes import SuccessCriterion, check_fraction
 
 
@@ -58,12 +59,17 @@ class UpdateConfig:
       the keys of the edits already applied in this session (a later edit avoids moving them);
       ``α = alpha · ‖P k̄‖²`` (scale-free).
     Either way ``w`` is normalised so that the plain prompt's key gets exactly ``v*`` (ROME's
-    normalisation; AlphaEdit's own solve leaves the target short by ``α``).
+    normalisation; AlphaEdit's own solve leaves the target short by ``α``). At another row's key
+    ``k_i`` the written update adds ``δ·(wᵀk_i)``, not ``δ``: ``written_gain`` makes the value
+    search see exactly that (:func:`mobiedit.methods.rome.written_gains`).
     """
 
     rule: str = "rome"
     nullspace_threshold: float = 1e-2
     alpha: float = 1.0
+    written_gain: bool = False  # the search adds δ·(wᵀk_i) at row i — what the written update will
+                                # deliver at that row's key — instead of δ at every row (issue 18:
+                                # search at the keys that are written; w does not depend on δ)
 
     def __post_init__(self) -> None:
         if self.rule not in UPDATE_RULES:
@@ -94,6 +100,9 @@ class ROMEConfig:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
     update: UpdateConfig = field(default_factory=lambda: UpdateConfig())
+    quant: QuantConfig = field(default_factory=lambda: QuantConfig("none"))  # the weights the search's
+                                # forwards and backwards run on (forward.quant; e.g. bf16 as MobiEdit's
+                                # bf16 row); the key and the update always come from the float model
 
     def __post_init__(self) -> None:
         if self.layer < 0:

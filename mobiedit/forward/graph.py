@@ -121,7 +121,8 @@ class PrefixGraph(torch.nn.Module):
         B, S, P = st.shape
         d = st.h_suffix.shape[-1]
         x = st.h_suffix.unsqueeze(0).expand(K, B, S, d).clone()
-        x[:, :, 0, :] += deltas.to(x.dtype).unsqueeze(1)
+        add = deltas.to(x.dtype).unsqueeze(1)
+        x[:, :, 0, :] += add if st.row_gain is None else add * st.row_gain.to(x.dtype).view(1, B, 1)
         x = x.reshape(K * B, S, d)
         mask = st.mask.repeat(K, 1, 1, 1)
         pe = {t: (c.repeat(K, 1, 1), s_.repeat(K, 1, 1)) for t, (c, s_) in st.pe.items()}
@@ -161,6 +162,8 @@ class FullGraph(torch.nn.Module):
         b = self.inputs.batch.to(self.state.h_suffix.device)
         K, B = deltas.shape[0], b.input_ids.shape[0]
         per_row = deltas.repeat_interleave(B, dim=0)
+        if self.state.row_gain is not None:
+            per_row = per_row * self.state.row_gain.to(per_row).repeat(K).unsqueeze(-1)
         with rewrite_output(self.mod, add_at_positions(per_row, b.subject_idx.repeat(K))):
             logits = self.model(input_ids=b.input_ids.repeat(K, 1),
                                 attention_mask=b.attention_mask.repeat(K, 1)).logits

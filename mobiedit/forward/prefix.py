@@ -30,7 +30,8 @@ class PrefixState:
       positions per layer type (``{None: ...}`` for single-type families, {} without rotary);
       block_types: the layer type of each remaining layer;
       readout_row [R], readout_pos [R] (suffix coordinates); readout_label [R] (-1 for KL rows);
-      kl_ref [n_kl, V] (log-probs of the unedited model at the KL read-outs).
+      kl_ref [n_kl, V] (log-probs of the unedited model at the KL read-outs);
+      row_gain [B] or None: the delta's gain per row (UpdateConfig.written_gain).
     """
 
     layer: int
@@ -47,6 +48,7 @@ class PrefixState:
     n_rewrite: int
     target_len: int
     v_init: torch.Tensor
+    row_gain: torch.Tensor | None = None  # [B]: row b gets gain[b]·δ (None: δ at every row)
 
     @property
     def cos(self) -> torch.Tensor | None:

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import ConfigError
 from ..head import head_dtype_of
-from .quant import SIDECAR, QuantConfig
+from .quant import SAVED_SCHEMES, SIDECAR, QuantConfig
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,9 @@ def save_quantized(model_dir, out, layer: int, cfg: QuantConfig, overwrite: bool
     from ..outputs import check_output_dir, mark_output, weights_bytes
     from ..profile import copy_sidecars
 
-    if cfg.scheme == "none":
-        raise ConfigError("scheme 'none' writes no quantized checkpoint", where="--scheme", fix="use w8a16 or w8a8")
+    if cfg.scheme not in SAVED_SCHEMES:
+        raise ConfigError(f"scheme {cfg.scheme!r} writes no quantized checkpoint (it is a loop-only forward)",
+                          where="--scheme", fix=f"use one of {SAVED_SCHEMES}")
     dtype = head_dtype_of(cfg.head_dtype, "--head-dtype")
     src = Path(model_dir)
     check_output_dir(out, "quantize", (src,), overwrite, need_bytes=weights_bytes(src) // 4)

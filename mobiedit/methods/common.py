@@ -63,7 +63,9 @@ class EditOutcome:
     ``forward_calls`` / ``backward_calls``: graph or model invocations.
     ``succeeded`` is the verdict of the edited model (:mod:`mobiedit.methods.verify`: the factors
     written, one forward, the method's success rule); ``loop_succeeded`` the search's own verdict,
-    only its stop signal; ``write`` the write check's figures. Without the write check (a config's
+    only its stop signal; ``loop_holds`` whether the search's graph shows the target at the found
+    delta (the edited model's rule, on the graph the search ran: the like-for-like verdict; for
+    ROME the same as ``loop_succeeded``); ``write`` the write check's figures. Without the write check (a config's
     ``verify_write`` False) ``succeeded`` is the loop's and ``loop_succeeded`` None.
     """
 
@@ -86,9 +88,10 @@ class EditOutcome:
     write: dict = field(default_factory=dict)
     key: torch.Tensor | None = None  # k̄, the edit's key averaged over the context templates
     distinct_evals: int | None = None  # loss evaluations at distinct deltas (None: = loss_evals)
+    loop_holds: bool | None = None
 
     def summary(self) -> dict:
-        return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "loop_succeeded", "status",
+        return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "loop_succeeded", "loop_holds", "status",
                                               "loss_evals", "sequences", "forward_calls", "backward_calls",
                                               "wall_time", "write", "distinct_evals")}
 

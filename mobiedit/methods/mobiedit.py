@@ -8,6 +8,7 @@ clamp, the success rule) and computes the factors on the float model. Defaults:
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from ..editing.context import build_edit_inputs
 from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll
 from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
-from .rome import factors_from_delta
+from .rome import factors_from_delta, search_keys
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,14 @@ class MobiEditConfig:
         return EditRecipe(self.zo, SuccessCriterion(self.success_fraction, self.success_nll))
 
 
-def build_graph(fwd_model, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext):
-    """The forward-only graph of one edit (prefix-reusing or full) on ``fwd_model``."""
+def build_graph(fwd_model, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
+                row_gain: torch.Tensor | None = None):
+    """The forward-only graph of one edit (prefix-reusing or full) on ``fwd_model``; ``row_gain``
+    [B]: the delta's gain per prompt row (:func:`~mobiedit.methods.rome.written_gains`)."""
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
     state = compute_prefix_state(fwd_model, lm.family, cfg.layer, inputs)
+    if row_gain is not None:
+        state = dataclasses.replace(state, row_gain=row_gain.to(state.h_suffix.device))
     if cfg.prefix_reuse:
         return PrefixGraph(fwd_model, lm.family, state, cfg.objective), state, inputs
     return FullGraph(fwd_model, lm.family, cfg.layer, inputs, state, cfg.objective), state, inputs
@@ -108,11 +113,13 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
             fwd_model: torch.nn.Module, t0: float, on_step: StepFn | None = None) -> EditOutcome:
     """The prefix state, the driver's value search on its graph, and the factors of the found delta
     (measured on the float model ``lm``)."""
-    graph, state, _ = build_graph(fwd_model, lm, req, cfg, ctx)
+    inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
+    keys, gains = search_keys(lm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
+    graph, state, _ = build_graph(fwd_model, lm, req, cfg, ctx, gains)
     found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step)
-    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update)
+    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=found.succeeded, status=found.status, loss_evals=found.evals,
                        sequences=found.sequences, forward_calls=found.calls + 2, backward_calls=0,
                        wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed, key=key,
-                       distinct_evals=found.distinct_evals)
+                       distinct_evals=found.distinct_evals, loop_holds=found.holds)

@@ -2,52 +2,94 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..editing.compute_k import compute_key
+from ..editing.compute_k import compute_key, row_keys
 from ..editing.compute_v import compute_v
 from ..editing.config import ROMEConfig, UpdateConfig
-from ..editing.context import build_edit_inputs
+from ..editing.context import EditInputs, build_edit_inputs
 from ..editing.update import null_space_direction, rank_one_factors, solve_c
 from .common import EditOutcome, ModelContext, StepFn, module_name
 
 
-def factors_from_delta(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, delta: torch.Tensor,
-                       mom2_ridge: float, update: UpdateConfig | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(u, w, k̄) of the rank-one update that maps the subject's key to v* = W k_cur + ``delta``.
+@dataclass(frozen=True)
+class EditKeys:
+    """What the rank-one update of one request needs before any value is known: ``k_bar`` (the key
+    averaged over the context templates), ``k_cur`` / ``out_cur`` (key and output at the plain
+    prompt) and ``direction`` (``w``'s direction; ``w = direction / (direction·k_cur)``)."""
 
-    The key and current output are measured on the float model ``lm``, whatever graph found the
-    delta, so the update is exact for the weights it is applied to. ``update`` picks ``w``'s
+    k_bar: torch.Tensor
+    k_cur: torch.Tensor
+    out_cur: torch.Tensor
+    direction: torch.Tensor
+
+
+def edit_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, mom2_ridge: float,
+              update: UpdateConfig) -> EditKeys:
+    """The keys and the update direction of ``req`` on the float model ``lm``. ``update`` picks the
     direction (:class:`~mobiedit.editing.config.UpdateConfig`: ROME's ``C⁻¹k̄`` by default, or
-    AlphaEdit's null-space solve against ``ctx.projector`` and ``ctx.edited_keys``).
-    """
-    update = update or UpdateConfig()
+    AlphaEdit's null-space solve against ``ctx.projector`` and ``ctx.edited_keys``)."""
     k_bar, k_cur, out_cur = compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
                                         req.rewrite_prompt, req.subject)
     if update.rule == "nullspace":
         direction = null_space_direction(ctx.projector[layer], k_bar, ctx.edited_keys.get(layer, []), update.alpha)
     else:
         direction = solve_c(ctx.mom2.get(layer), k_bar, mom2_ridge)
-    u, w = rank_one_factors(k_cur, out_cur, out_cur + delta.to(out_cur), direction)
-    return u, w, k_bar
+    return EditKeys(k_bar, k_cur, out_cur, direction)
+
+
+def written_gains(lm: LoadedModel, layer: int, inputs: EditInputs, keys: EditKeys) -> torch.Tensor:
+    """[B] ``wᵀk_b`` at each prompt row's subject key (float model): the share of the searched
+    delta the written update ``u wᵀ`` delivers at row ``b`` (1 at the plain prompt, by construction)."""
+    k = row_keys(lm.model, lm.family, layer, inputs.batch).double()
+    d = keys.direction.double().to(k.device)
+    return ((k @ d) / torch.dot(keys.k_cur.double().to(k.device), d)).float()
+
+
+def factors_from_delta(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, delta: torch.Tensor,
+                       mom2_ridge: float, update: UpdateConfig | None = None, keys: EditKeys | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(u, w, k̄) of the rank-one update that maps the subject's key to v* = W k_cur + ``delta``.
+
+    The key and current output are measured on the float model ``lm`` (:func:`edit_keys`, unless
+    ``keys`` are given), whatever graph found the delta, so the update is exact for the weights it
+    is applied to.
+    """
+    keys = keys or edit_keys(lm, ctx, req, layer, mom2_ridge, update or UpdateConfig())
+    u, w = rank_one_factors(keys.k_cur, keys.out_cur, keys.out_cur + delta.to(keys.out_cur), keys.direction)
+    return u, w, keys.k_bar
+
+
+def search_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, mom2_ridge: float,
+                update: UpdateConfig, inputs: EditInputs) -> tuple[EditKeys | None, torch.Tensor | None]:
+    """With ``update.written_gain``: the request's :class:`EditKeys` and the rows' gains for the
+    search graph, computed before the search; else (None, None) (keys after the search, δ at every row)."""
+    if not update.written_gain:
+        return None, None
+    keys = edit_keys(lm, ctx, req, layer, mom2_ridge, update)
+    return keys, written_gains(lm, layer, inputs, keys)
 
 
 def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelContext,
-              on_step: StepFn | None = None) -> EditOutcome:
+              on_step: StepFn | None = None, fwd_model: torch.nn.Module | None = None) -> EditOutcome:
     """One ROME edit by backprop. The model is not modified (apply the returned factors).
-    ``on_step(step, loss)`` reports each Adam step."""
+    ``on_step(step, loss)`` reports each Adam step. ``fwd_model``: the model the value search runs
+    on (a :func:`~mobiedit.forward.quant.quantized_copy` per ``cfg.quant``; default ``lm.model``);
+    the key and the factors are measured on ``lm.model``."""
     t0 = time.perf_counter()
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
+    keys, gains = search_keys(lm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     with torch.enable_grad():
-        vr = compute_v(lm.model, lm.family, inputs, cfg, on_step)
-    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge, cfg.update)
+        vr = compute_v(fwd_model if fwd_model is not None else lm.model, lm.family, inputs, cfg, on_step, gains)
+    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge, cfg.update, keys)
     rows = inputs.batch.input_ids.shape[0]
     succeeded = vr.holds
     return EditOutcome(method="rome", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=succeeded, status="SUCCESS_CHECK" if succeeded else "MAX_STEPS",
                        loss_evals=vr.forwards, sequences=vr.forwards * rows, forward_calls=vr.forwards + 2,
-                       backward_calls=vr.backwards, wall_time=time.perf_counter() - t0, losses=vr.losses, key=key)
+                       backward_calls=vr.backwards, wall_time=time.perf_counter() - t0, losses=vr.losses, key=key,
+                       loop_holds=succeeded)

@@ -1,0 +1,79 @@
+"""Search at the keys that are written (issue 18, ``UpdateConfig.written_gain``): the search graph
+adds ``δ·(wᵀk_b)`` at row b — what the rank-one update will deliver there — not δ at every row."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from mobiedit.editing.config import ContextConfig, ObjectiveConfig, ROMEConfig, UpdateConfig
+from mobiedit.editing.context import build_edit_inputs
+from mobiedit.forward.graph import FullGraph, PrefixGraph
+from mobiedit.forward.prefix import compute_prefix_state
+from mobiedit.methods.rome import edit_keys, factors_from_delta, written_gains
+from mobiedit.methods.verify import check_written
+from mobiedit.models import load_model
+from mobiedit.requests import EditRequest
+from mobiedit.session import prepare, run_method
+
+REQ = EditRequest(case_id="g1", prompt="{} professionally plays the sport", subject="David Robinson",
+                  target_new="baseball", target_true="basketball")
+CTX = ContextConfig(lengths=((4, 3),))
+GAIN = UpdateConfig(written_gain=True)
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_llama_dir):
+    lm = load_model(tiny_llama_dir)
+    cfg = ROMEConfig(layer=0, steps=20, mom2_adjustment=False, context=CTX, update=GAIN)
+    ctx = prepare(lm, cfg, seed=0)
+    inputs = build_edit_inputs(lm.tokenizer, REQ, ctx.templates, cfg.objective)
+    keys = edit_keys(lm, ctx, REQ, 0, cfg.mom2_ridge, GAIN)
+    return lm, cfg, ctx, inputs, keys
+
+
+def test_gains_are_what_the_written_update_delivers(setup):
+    lm, cfg, ctx, inputs, keys = setup
+    g = written_gains(lm, 0, inputs, keys)
+    assert g.shape == (inputs.batch.input_ids.shape[0],)
+    assert abs(float(g[0]) - 1) < 1e-5  # the plain prompt: the update is solved at its key
+    delta = torch.randn(keys.out_cur.shape[0], generator=torch.Generator().manual_seed(0))
+    u, w, _ = factors_from_delta(lm, ctx, REQ, 0, delta, cfg.mom2_ridge, GAIN, keys)
+    # the verify-after-write error |wᵀk_i − 1| at the templates' keys is |gain − 1| of those rows
+    from mobiedit.methods.common import EditOutcome
+
+    out = EditOutcome(method="rome", layer=0, module="m", u=u, w=w, succeeded=True, status="x", loss_evals=0,
+                      sequences=0, forward_calls=0, backward_calls=0, wall_time=0.0, losses=[])
+    chk = check_written(lm, REQ, out, ctx, cfg.objective, cfg.success_fraction, None)
+    n = inputs.n_rewrite
+    assert chk.write_error_templates_mean == pytest.approx(float((g[:n] - 1).abs().mean()), rel=1e-3, abs=1e-5)
+    assert float((g[:n] - 1).abs().max()) > 1e-3  # the templates' keys do differ: the option matters here
+
+
+def test_graphs_apply_the_gains_and_prefix_stays_exact(setup):
+    lm, cfg, ctx, inputs, keys = setup
+    obj = ObjectiveConfig()
+    st = compute_prefix_state(lm.model, lm.family, 0, inputs)
+    gains = written_gains(lm, 0, inputs, keys)
+    D = torch.randn(3, st.h_suffix.shape[-1], generator=torch.Generator().manual_seed(1)) * float(st.v_init.norm())
+    plain = PrefixGraph(lm.model, lm.family, st, obj)(D)
+    ones = PrefixGraph(lm.model, lm.family, dataclasses.replace(st, row_gain=torch.ones_like(gains)), obj)(D)
+    assert torch.equal(plain[0], ones[0])
+    sg = dataclasses.replace(st, row_gain=gains)
+    pre = PrefixGraph(lm.model, lm.family, sg, obj)(D)
+    full = FullGraph(lm.model, lm.family, 0, inputs, sg, obj)(D)
+    assert torch.allclose(pre[0], full[0], atol=1e-4) and torch.equal(pre[1], full[1])
+    # a gain of 2 on every row is the plain graph at 2δ (no decay term: it reads ‖δ‖, not the rows)
+    obj0 = dataclasses.replace(obj, weight_decay=0.0)
+    twice = PrefixGraph(lm.model, lm.family, dataclasses.replace(st, row_gain=torch.full_like(gains, 2.0)), obj0)(D)
+    ref = PrefixGraph(lm.model, lm.family, st, obj0)(2 * D)
+    assert torch.allclose(twice[0], ref[0], rtol=1e-5) and not torch.allclose(twice[0], plain[0], rtol=1e-3)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_rome_with_written_gain_runs_on_both_graphs(setup, lean):
+    lm, cfg, ctx, _, _ = setup
+    out = run_method(lm, REQ, dataclasses.replace(cfg, prefix_reuse=lean), ctx)
+    assert out.u.shape[0] == lm.model.config.hidden_size and torch.isfinite(out.w).all()
+    assert isinstance(out.loop_holds, bool) and out.write["write_error_plain"] < 1e-4
