@@ -1,8 +1,9 @@
 """``mobiedit bench``: methods side by side — quality, loss evaluations, passes, wall time and
 peak RSS per edit, each row in its own child process (one torch thread), JSON + PNG.
 
-A *row* is a named method configuration (a table of overrides below, not code branches). Each
-row edits the same N requests independently on the unedited model (edit → score → restore).
+A *row* is a named method configuration (:mod:`mobiedit.bench_rows`: a table of overrides, not
+code branches, plus the run's ``--set`` settings). Each row edits the same N requests (from
+``--offset`` on) independently on the unedited model (edit → score → restore).
 """
 from __future__ import annotations
 
@@ -12,98 +13,22 @@ import logging
 import multiprocessing as mp
 import os
 import statistics
-import time
 from pathlib import Path
-from typing import Any
 
 from .errors import ConfigError
-from .recipes import ANTITHETIC, FZOO, PAPER
+from .bench_rows import TUNED_ROWS, RowSpec, parse_rows, parse_sets, row_config, tuned_paper_lr
+from .bench_rows import ROWS  # noqa: F401  (re-exported: the row table)
 
 log = logging.getLogger(__name__)
 
-# the named recipes' searches (mobiedit.recipes: the only place their numbers are written), as
-# override mappings (every field, so a row does not depend on MobiEditConfig's default zo)
-_FZOO = dataclasses.asdict(FZOO.zo)
-_PAPER = dataclasses.asdict(PAPER.zo)
-_ANTI = dataclasses.asdict(ANTITHETIC.zo)
-_W8A16 = {"scheme": "w8a16"}
 
-# name -> (method, config overrides). Each forward-only estimator comes with its three ablations
-# (float forward, no prefix reuse, no early stop); "paper" is the paper's own recipe (its early
-# stop is loss < 1e-5), "paper-check" the same estimator stopped by our success check.
-ROWS: dict[str, tuple[str, dict[str, Any]]] = {
-    "rome": ("rome", {}),
-    # the same search and objective, backprop through the prefix-reusing graph only (issue 17)
-    "rome-lean": ("rome", {"prefix_reuse": True}),
-    # both searches on bf16 matmuls (forward.quant "bf16": AMX/AVX512-BF16 kernels, fp32 elsewhere)
-    "rome-lean-bf16": ("rome", {"prefix_reuse": True, "quant": {"scheme": "bf16"}}),
-    "fzoo-bf16": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "bf16"}}),
-    # the search sees what the write delivers at each row's key (UpdateConfig.written_gain, issue 18)
-    "rome-written": ("rome", {"update": {"written_gain": True}}),
-    "fzoo-written": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"written_gain": True}}),
-    "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),
-    "paper-check": ("mobiedit", {"zo": {**_PAPER, "loss_tol": 0.0}, "quant": _W8A16}),
-    "fzoo-w8a8": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a8"}}),
-    # the phone checkpoint's configuration (`mobiedit quantize`): LM head stored bf16, computed fp32
-    "fzoo-bf16head": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a16", "head_dtype": "bfloat16"}}),
-}
-# the authors' estimator stopped by the same success check, 600 steps: its lr in this project's
-# units must be swept (issue 17) — paper-lrX rows; the chosen one is reported as paper-tuned
-PAPER_LRS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
-for _lr in PAPER_LRS:
-    ROWS[f"paper-lr{_lr:g}"] = ("mobiedit", {"zo": {**_PAPER, "lr": _lr, "max_steps": 600, "max_evals": 9000,
-                                                    "loss_tol": 0.0}, "quant": _W8A16})
-for _name, _zo in (("fzoo", _FZOO), ("antithetic", _ANTI)):
-    ROWS[_name] = ("mobiedit", {"zo": _zo, "quant": _W8A16})
-    ROWS[f"{_name}-float"] = ("mobiedit", {"zo": _zo, "quant": {"scheme": "none"}})
-    ROWS[f"{_name}-noprefix"] = ("mobiedit", {"zo": _zo, "quant": _W8A16, "prefix_reuse": False})
-    ROWS[f"{_name}-noearly"] = ("mobiedit", {"zo": _zo, "quant": _W8A16, "early_stop": False})
-
-
-def parse_rows(spec: str, n: int) -> list[tuple[str, int]]:
-    """``"rome,fzoo,paper:30"`` -> [(name, requests)]: a ``:N`` suffix caps that row at N requests
-    (for rows too slow to run on all of them, e.g. the paper's 18,000-evaluation budget)."""
-    out = []
-    for item in (x.strip() for x in spec.split(",") if x.strip()):
-        name, _, cnt = item.partition(":")
-        if name not in ROWS:
-            raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")
-        try:
-            k = int(cnt) if cnt else n
-        except ValueError:
-            raise ConfigError(f"bad request count {cnt!r} for row {name!r}", where="--rows",
-                              fix="write NAME or NAME:N with N a positive integer") from None
-        if k < 1:
-            raise ConfigError(f"request count for row {name!r} must be >= 1", where="--rows", fix="use NAME:N, N >= 1")
-        out.append((name, k))
-    if not out:
-        raise ConfigError("no rows given", where="--rows", fix=f"name some of {sorted(ROWS)}")
-    return out
-
-
-def row_config(name: str, layer: int, seed: int):
-    """The dataclass config of row ``name`` at ``layer``."""
-    from .config_io import from_dict
-    from .methods.mobiedit import MobiEditConfig
-    from .editing.config import ROMEConfig
-
-    if name not in ROWS:
-        raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")
-    method, over = ROWS[name]
-    cls = ROMEConfig if method == "rome" else MobiEditConfig
-    over = json.loads(json.dumps(over))
-    over["layer"] = layer
-    if method == "mobiedit":
-        over.setdefault("zo", {})["seed"] = seed
-    return dataclasses.replace(from_dict(cls, over), layer=layer)
-
-
-def row_identity(name: str, model_dir: str, req_file: str, layer: int, seed: int, ability: bool) -> dict:
+def row_identity(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, ability: bool) -> dict:
     """What a row's results depend on (its :class:`~mobiedit.rowlog.RowLog` refuses to mix runs)."""
     from .config_io import to_dict
     from .digest import files_sha256
 
-    return {"row": name, "config": to_dict(row_config(name, layer, seed)), "model": str(Path(model_dir).resolve()),
+    return {"row": spec.name, "config": to_dict(row_config(spec.name, layer, seed, spec.sets)),
+            "model": str(Path(model_dir).resolve()),
             "requests_sha256": files_sha256([Path(req_file)]), "layer": layer, "seed": seed, "ability": ability}
 
 
@@ -147,8 +72,15 @@ def row_summary(name: str, layer: int, rlog, case_ids: list[str]) -> dict:
     } | verdict_figures(recs)
 
 
-def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: int, out: str,
-           ability: bool = True, progress: bool = False) -> None:
+def request_slice(req_file: str | Path, n: int, offset: int = 0) -> list:
+    """The requests a row runs: ``n`` from ``offset`` on (a tuning sweep takes other ones than a report)."""
+    from .requests import load_requests
+
+    return load_requests(req_file)[offset:offset + n]
+
+
+def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, out: str,
+           ability: bool = True, progress: bool = False, offset: int = 0) -> None:
     """Run one row in this (child) process and write its result JSON to ``out``. Each finished
     request is appended to ``out``'s ``.jsonl`` :class:`~mobiedit.rowlog.RowLog` first, so a rerun
     resumes there. ``ability`` adds fluency and held-out perplexity before/after each edit
@@ -162,14 +94,14 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
     torch.set_num_threads(1)
     from .quiet import quiet_libraries
     from .models import load_model
-    from .requests import load_requests
     from .rowlog import RowLog
     from .session import check_fits, edit_independent, forward_model_for, prepare
 
     quiet_libraries()
-    cfg = row_config(name, layer, seed)
-    rlog = RowLog(Path(out).with_suffix(".jsonl"), row_identity(name, model_dir, req_file, layer, seed, ability))
-    reqs = load_requests(req_file)[:n]
+    name = spec.label
+    cfg = row_config(spec.name, layer, seed, spec.sets)
+    rlog = RowLog(Path(out).with_suffix(".jsonl"), row_identity(spec, model_dir, req_file, layer, seed, ability))
+    reqs = request_slice(req_file, spec.n, offset)
     todo = [r for r in reqs if r.case_id not in rlog.done]
     if todo:
         lm = load_model(model_dir)
@@ -194,29 +126,42 @@ def _child(name: str, model_dir: str, req_file: str, n: int, layer: int, seed: i
     Path(out).write_text(json.dumps(res))
 
 
-def run_row(name: str, model_dir: Path, req_file: Path, n: int, layer: int, seed: int, workdir: Path,
-            ability: bool = True, progress: bool = False) -> dict:
-    """Run ``name`` in a fresh spawned process (resuming its ``row-NAME-LX.jsonl`` log in
-    ``workdir``); return its result dict."""
+def run_row(spec: RowSpec, model_dir: Path, req_file: Path, layer: int, seed: int, workdir: Path,
+            ability: bool = True, progress: bool = False, offset: int = 0) -> dict:
+    """Run ``spec`` in a fresh spawned process (resuming its ``row-NAME[-SETTINGS]-LX.jsonl`` log
+    in ``workdir``); return its result dict."""
     from .rowlog import RowLog
 
-    from .requests import load_requests
-
-    out = workdir / f"row-{name}-L{layer}.json"
-    rlog = RowLog(out.with_suffix(".jsonl"), row_identity(name, str(model_dir), str(req_file), layer, seed, ability))
-    ids = [r.case_id for r in load_requests(req_file)[:n]]
+    name = spec.label
+    out = workdir / f"{spec.stem}-L{layer}.json"
+    rlog = RowLog(out.with_suffix(".jsonl"), row_identity(spec, str(model_dir), str(req_file), layer, seed, ability))
+    ids = [r.case_id for r in request_slice(req_file, spec.n, offset)]
     if all(c in rlog.done for c in ids):  # every request already measured: no child, no model load
         return row_summary(name, layer, rlog, ids)
     out.unlink(missing_ok=True)
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=_child, args=(name, str(model_dir), str(req_file), n, layer, seed, str(out), ability,
-                                         progress))
+    p = ctx.Process(target=_child, args=(spec, str(model_dir), str(req_file), layer, seed, str(out), ability,
+                                         progress, offset))
     p.start()
     p.join()
     if p.exitcode != 0 or not out.is_file():
         raise ConfigError(f"bench row {name!r} failed in its child process (exit {p.exitcode})",
                           where=f"row {name}", fix="run it alone with -v to see the error")
     return json.loads(out.read_text())
+
+
+def tune_rows(rows: list[RowSpec], tuned_from: Path | None, case_ids: list[str]) -> tuple[list[RowSpec], dict | None]:
+    """The paper-tuned rows get the lr of the sweep ``tuned_from`` (:func:`tuned_paper_lr`) as a
+    setting; without them, nothing changes. Returns the rows and the sweep's table (or None)."""
+    if not any(r.name in TUNED_ROWS for r in rows):
+        return rows, None
+    if tuned_from is None:
+        raise ConfigError("the paper-tuned rows need the sweep that chooses their lr", where="--tuned-from",
+                          fix="run `mobiedit bench --rows paper-lr0.05,...,paper-lr3.2 --offset M --n 20 --out DIR` "
+                              "on other requests, then pass --tuned-from DIR")
+    lr, table = tuned_paper_lr(tuned_from, case_ids)
+    out = [dataclasses.replace(r, sets=r.sets + (("zo.lr", lr),)) if r.name in TUNED_ROWS else r for r in rows]
+    return out, {"from": str(tuned_from), "lr": lr, "rows": table}
 
 
 def plot(results: list[dict], png: Path) -> None:
@@ -316,22 +261,29 @@ def cmd_bench(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     layers = [int(x) for x in args.layers.split(",")] if args.layers else [layer]
-    rows = parse_rows(args.rows, args.n)
+    if args.offset < 0:
+        raise ConfigError(f"--offset must be >= 0, got {args.offset}", where="--offset", fix="e.g. --offset 800")
+    sets = parse_sets(args.set)
+    rows = parse_rows(args.rows, args.n, sets)
+    case_ids = [r.case_id for r in request_slice(req_file, max(r.n for r in rows), args.offset)]
+    rows, sweep = tune_rows(rows, args.tuned_from, case_ids)
     if not args.no_ability:  # the held-out text's package, checked here for a clear error
         from .corpora import LEE_FILE, data_file
 
         data_file(LEE_FILE)
     results = []
     for lay in layers:
-        for name, n in rows:
-            log.warning("bench row %s at layer %d (%d requests)...", name, lay, n)
-            res = run_row(name, model_dir, req_file, n, lay, args.seed, out, ability=not args.no_ability,
-                          progress=not args.quiet)
+        for spec in rows:
+            log.warning("bench row %s at layer %d (%d requests)...", spec.label, lay, spec.n)
+            res = run_row(spec, model_dir, req_file, lay, args.seed, out, ability=not args.no_ability,
+                          progress=not args.quiet, offset=args.offset)
             if len(layers) > 1:
                 res["row"] = f"{res['row']}@L{lay}"
             results.append(res)
             print(format_rows(results[-1:]).splitlines()[-1], flush=True)
     atomic_write_text(out / "bench.json", json.dumps({"model": str(model_dir), "layer": layer, "n": args.n,
+                                                      "offset": args.offset, "case_ids": case_ids,
+                                                      "settings": args.set or [], "paper_sweep": sweep,
                                                       "rows": results}, indent=1))
     plot(results, out / "bench.png")
     print(format_rows(results))
@@ -348,6 +300,14 @@ def register(sub) -> None:
     sp.add_argument("--rows", default="rome", help=f"comma-separated rows (NAME or NAME:N requests) from {sorted(ROWS)}")
     sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--layers", help="comma-separated layers: run every row at each (a layer sweep)")
+    sp.add_argument("--offset", type=int, default=0,
+                    help="skip the first N requests of the file (a tuning sweep runs on other requests than a report)")
+    sp.add_argument("--set", action="append", metavar="[ROW:]KEY=VALUE",
+                    help="a config setting over every row (or the row named), dotted KEY, JSON VALUE; repeatable, "
+                         "e.g. --set update.written_gain=true --set fzoo:zo.lr=0.3")
+    sp.add_argument("--tuned-from", type=Path, metavar="SWEEP",
+                    help="the paper-tuned rows' lr: the best row of this finished sweep (bench --rows paper-lr0.05,... "
+                         "--offset M), whose requests must not overlap this run's")
     sp.add_argument("--out", default="runs/bench")
     sp.add_argument("--no-ability", action="store_true",
                     help="skip fluency and held-out perplexity before/after each edit (faster)")

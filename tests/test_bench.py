@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from mobiedit.bench import ROWS, parse_rows, row_config
+from mobiedit.bench import ROWS, parse_rows, row_config, tune_rows
+from mobiedit.bench_rows import parse_sets, tuned_paper_lr
 from mobiedit.cli import main
 from mobiedit.errors import ConfigError
 
@@ -24,10 +25,51 @@ def test_every_row_is_a_valid_config():
 
 
 def test_row_spec_parsing_and_errors():
-    assert parse_rows("rome, fzoo ,paper:30", 200) == [("rome", 200), ("fzoo", 200), ("paper", 30)]
+    assert [(r.name, r.n, r.sets) for r in parse_rows("rome, fzoo ,paper:30", 200)] == \
+        [("rome", 200, ()), ("fzoo", 200, ()), ("paper", 30, ())]
     for bad, field in (("nope", "unknown bench row"), ("fzoo:x", "bad request count"), ("fzoo:0", ">= 1"), (",", "no rows")):
         with pytest.raises(ConfigError, match=field):
             parse_rows(bad, 10)
+
+
+def test_settings_go_over_every_row_or_the_one_named():
+    sets = parse_sets(["update.written_gain=true", "fzoo:zo.lr=0.3", "context.lengths=[[5, 2]]"])
+    rows = parse_rows("rome,fzoo", 10, sets)
+    assert rows[0].sets == (("update.written_gain", True), ("context.lengths", [[5, 2]]))
+    assert rows[1].sets == (("update.written_gain", True), ("zo.lr", 0.3), ("context.lengths", [[5, 2]]))
+    rome, fz = (row_config(r.name, 1, 0, r.sets) for r in rows)
+    assert rome.update.written_gain and fz.update.written_gain and fz.zo.lr == 0.3
+    assert rome.context.lengths == ((5, 2),) and row_config("fzoo", 1, 0).zo.lr != 0.3
+    assert rows[1].label == 'fzoo update.written_gain=true zo.lr=0.3 context.lengths=[[5, 2]]'
+    assert rows[0].stem != rows[1].stem != "row-fzoo" and parse_rows("fzoo", 1)[0].stem == "row-fzoo"
+    for bad, msg in ((["novalue"], "bad setting"), (["x:zo.lr=1"], "unknown row"), (["zo..lr=1"], "bad setting")):
+        with pytest.raises(ConfigError, match=msg):
+            parse_sets(bad)
+    with pytest.raises(ConfigError, match="zo") as e:  # ROME has no zo: named, not ignored
+        row_config("rome", 1, 0, (("zo.lr", 0.3),))
+    assert "row rome" in str(e.value)
+    with pytest.raises(ConfigError, match="written_gainn"):
+        row_config("fzoo", 1, 0, (("update.written_gainn", True),))
+
+
+def test_paper_tuned_takes_the_sweeps_best_lr_from_other_requests(tmp_path):
+    sweep = {"case_ids": ["a", "b"], "rows": [
+        {"row": "paper-lr0.2", "success_rate": 50.0, "loss_evals_mean": 3000},
+        {"row": "paper-lr0.8", "success_rate": 100.0, "loss_evals_mean": 2500},
+        {"row": "paper-lr1.6", "success_rate": 100.0, "loss_evals_mean": 2000},
+        {"row": "fzoo", "success_rate": 100.0, "loss_evals_mean": 500}]}
+    (tmp_path / "bench.json").write_text(json.dumps(sweep))
+    lr, table = tuned_paper_lr(tmp_path, ["c", "d"])
+    assert lr == 1.6 and set(table) == {"paper-lr0.2", "paper-lr0.8", "paper-lr1.6"}
+    rows, info = tune_rows(parse_rows("rome,paper-tuned,paper-tuned-c20", 5), tmp_path, ["c", "d"])
+    assert rows[0].sets == () and rows[1].sets == (("zo.lr", 1.6),) and info["lr"] == 1.6
+    cfg = row_config("paper-tuned-c20", 1, 0, rows[2].sets)
+    assert cfg.zo.lr == 1.6 and cfg.zo.check_every == 20 and cfg.zo.max_steps == 600 and cfg.zo.estimator == "paper"
+    with pytest.raises(ConfigError, match="overlap"):
+        tuned_paper_lr(tmp_path, ["b", "z"])
+    with pytest.raises(ConfigError, match="--tuned-from"):
+        tune_rows(parse_rows("paper-tuned", 5), None, ["c"])
+    assert tune_rows(parse_rows("fzoo", 5), None, ["c"]) == (parse_rows("fzoo", 5), None)
 
 
 def test_bench_writes_json_and_png_with_per_row_counts(tiny_llama_dir, tmp_path, capsys):

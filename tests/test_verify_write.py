@@ -65,3 +65,30 @@ def test_mobiedit_reports_both_verdicts_and_can_skip_the_check(tiny_llama_dir):
     raw = run_method(lm, REQ, dataclasses.replace(cfg, verify_write=False), ctx)
     assert raw.loop_succeeded is None and raw.write == {} and raw.succeeded == out.loop_succeeded
     assert raw.loss_evals == out.loss_evals
+
+
+def test_the_written_check_reads_what_a_full_forward_of_the_edited_model_reads(tiny_llama_dir):
+    """check_written splits the edited model's forward at the edit layer (vocabulary-sliced
+    read-out); its loss and row counts are those of a full forward of the edited model."""
+    from mobiedit.editing.context import build_edit_inputs
+    from mobiedit.forward.graph import FullGraph
+    from mobiedit.forward.prefix import compute_prefix_state
+    from mobiedit.journal import apply_factors
+
+    lm = load_model(tiny_llama_dir)
+    cfg = ROMEConfig(layer=0, steps=30, mom2_adjustment=False, context=CTX)
+    ctx = prepare(lm, cfg, seed=0)
+    out = run_method(lm, REQ, cfg, ctx)
+    chk = check_written(lm, REQ, out, ctx, cfg.objective, cfg.success_fraction, None)
+    inputs = build_edit_inputs(lm.tokenizer, REQ, ctx.templates, cfg.objective)
+    state = compute_prefix_state(lm.model, lm.family, 0, inputs)  # unedited: the KL reference
+    weight = lm.model.model.layers[0].mlp.down_proj.weight
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight.copy_(apply_factors(weight, out.u, out.w, lm.family.weight_out_in))
+    loss, correct = FullGraph(lm.model, lm.family, 0, inputs, state, cfg.objective)(torch.zeros(1, saved.shape[0]))
+    with torch.no_grad():
+        weight.copy_(saved)
+    assert abs(chk.loss - float(loss[0])) < 1e-4 * max(1.0, abs(float(loss[0])))
+    full = (correct[0] == inputs.target_len).float().mean()
+    assert abs(chk.rows_correct - float(full)) < 1e-6

@@ -2,8 +2,9 @@
 
 The value search judges a delta added at the layer's output on its own graph (quantized, at the
 searched positions); what is written is a rank-one update of the float weight through ``C⁻¹k̄``.
-:func:`check_written` applies the factors to the float model, runs one full forward of the
-request's prompt batch with no delta (the model the user will serve), asks whether it says the
+:func:`check_written` applies the factors to the float model, runs one forward of the
+request's prompt batch with no delta (the model the user will serve; split at the edit layer so
+the read-out goes by vocabulary slices), asks whether it says the
 new fact there (:func:`~mobiedit.editing.objective.edit_holds`: the plain prompt and ``success_fraction``
 of the templated ones show the whole target — the search's NLL margin is its stop rule, not part
 of "says it": a written edit delivers ~5 % less than the searched delta at the templates' keys,
@@ -14,12 +15,13 @@ non-zero at the context templates' keys, whose average ``k̄`` sets only the dir
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 
 import torch
 
 from ..families import get_module
-from ..forward.graph import FullGraph
+from ..forward.graph import PrefixGraph
 from ..forward.prefix import compute_prefix_state
 from ..journal import apply_factors
 from ..models import LoadedModel
@@ -62,7 +64,11 @@ def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: Mode
     try:
         with torch.no_grad():
             weight.copy_(apply_factors(weight, out.u, out.w, fam.weight_out_in))
-        losses, correct = FullGraph(lm.model, fam, layer, inputs, state, objective)(
+        # the edited model's forward, split at layer l (prefix reuse is exact) so that its read-out
+        # goes by vocabulary slices: a full forward's logits at every position would be
+        # rows × tokens × vocabulary floats (334 MB at the 0.5B shape); the KL reference stays the unedited model's
+        edited = dataclasses.replace(compute_prefix_state(lm.model, fam, layer, inputs), kl_ref=state.kl_ref)
+        losses, correct = PrefixGraph(lm.model, fam, edited, objective)(
             torch.zeros(1, state.h_suffix.shape[-1], device=state.h_suffix.device))
     finally:
         with torch.no_grad():
