@@ -110,14 +110,20 @@ def _cut_long(tok, lines: list[str]) -> list[str]:
     return out
 
 
+def lower_layers_paged(lm: LoadedModel, cfg: MethodConfig):
+    """:func:`~mobiedit.forward.stream.layers_paged_out` for a config that pages out the layers
+    ≤ l (MobiEdit with prefix reuse and ``page_out_lower``); else a null context."""
+    if getattr(cfg, "page_out_lower", False) and getattr(cfg, "prefix_reuse", False):
+        return layers_paged_out(lm.model, lm.family, cfg.layer)
+    return nullcontext()
+
+
 def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = False) -> ModelContext:
     """Context templates (seeded) and key statistics of the edit layer. A config that pages out
     the lower layers (:mod:`mobiedit.forward.stream`) does so here as well."""
     mom2 = getattr(cfg, "mom2_adjustment", True)
     corpus = stats_corpus_for(lm) if mom2 else None
-    paging = layers_paged_out(lm.model, lm.family, cfg.layer) \
-        if getattr(cfg, "page_out_lower", False) and getattr(cfg, "prefix_reuse", False) else nullcontext()
-    with paging:
+    with lower_layers_paged(lm, cfg):
         ctx = prepare_context(lm, [cfg.layer], cfg.context, corpus.texts if corpus else None,
                               torch.Generator().manual_seed(seed), progress,
                               stats_source=corpus.source if corpus else None)
@@ -171,7 +177,8 @@ def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelC
     t0 = time.perf_counter()
     # "the model says the new fact": edit_holds on the edited model, for both methods; the NLL
     # margin of MobiEdit's check stays what it is, the search's stop rule (docs/results.md)
-    chk = check_written(lm, req, out, ctx, cfg.objective, cfg.success_fraction, None)
+    with lower_layers_paged(lm, cfg):  # its forwards run layers ≤ l too: their pages go back after use
+        chk = check_written(lm, req, out, ctx, cfg.objective, cfg.success_fraction, None)
     return dataclasses.replace(out, succeeded=chk.holds, loop_succeeded=out.succeeded,
                                write=chk.as_dict(), forward_calls=out.forward_calls + 3,
                                wall_time=out.wall_time + time.perf_counter() - t0)
