@@ -145,17 +145,10 @@ def _nest(sets: tuple[tuple[str, Any], ...]) -> dict:
     return out
 
 
-def _deep_merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ...] = ()):
     """The dataclass config of row ``name`` at ``layer`` with ``sets`` merged over it. A setting
     the row's config does not have raises a ConfigError naming the dotted key."""
-    from .config_io import from_dict
+    from .config_io import from_dict, merge
     from .editing.config import ROMEConfig
     from .methods.mobiedit import MobiEditConfig
 
@@ -163,11 +156,10 @@ def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ..
         raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")
     method, over = ROWS[name]
     cls = ROMEConfig if method == "rome" else MobiEditConfig
-    over = _deep_merge(json.loads(json.dumps(over)), _nest(sets))
-    over["layer"] = layer
+    cfg = merge(from_dict(cls, over, f"row {name}"), _nest(sets), f"row {name}")
     if method == "mobiedit":
-        over.setdefault("zo", {})["seed"] = seed
-    return dataclasses.replace(from_dict(cls, over, f"row {name}"), layer=layer)
+        cfg = dataclasses.replace(cfg, zo=dataclasses.replace(cfg.zo, seed=seed))
+    return dataclasses.replace(cfg, layer=layer)
 
 
 def tuned_paper_lr(sweep: Path, case_ids: list[str]) -> tuple[float, dict]:

@@ -11,7 +11,7 @@ from mobiedit.editing.config import ContextConfig, ObjectiveConfig, ROMEConfig, 
 from mobiedit.editing.context import build_edit_inputs
 from mobiedit.forward.graph import FullGraph, PrefixGraph
 from mobiedit.forward.prefix import compute_prefix_state
-from mobiedit.methods.rome import edit_keys, factors_from_delta, written_gains
+from mobiedit.methods.rome import edit_keys, factors_from_delta, search_keys
 from mobiedit.methods.verify import check_written
 from mobiedit.models import load_model
 from mobiedit.requests import EditRequest
@@ -29,13 +29,26 @@ def setup(tiny_llama_dir):
     cfg = ROMEConfig(layer=0, steps=20, mom2_adjustment=False, context=CTX, update=GAIN)
     ctx = prepare(lm, cfg, seed=0)
     inputs = build_edit_inputs(lm.tokenizer, REQ, ctx.templates, cfg.objective)
-    keys = edit_keys(lm, ctx, REQ, 0, cfg.mom2_ridge, GAIN)
-    return lm, cfg, ctx, inputs, keys
+    keys, gains = search_keys(lm, ctx, REQ, 0, cfg.mom2_ridge, GAIN, inputs)
+    return lm, cfg, ctx, inputs, keys, gains
+
+
+def test_search_keys_are_edit_keys_from_one_forward(setup):
+    lm, cfg, ctx, inputs, keys, gains = setup
+    ref = edit_keys(lm, ctx, REQ, 0, cfg.mom2_ridge, GAIN)  # two forwards of the prompts alone
+    for a, b in [(keys.k_bar, ref.k_bar), (keys.k_cur, ref.k_cur), (keys.out_cur, ref.out_cur),
+                 (keys.direction, ref.direction)]:
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    # templates without "{}": the keys are taken apart, the gains still read the rows
+    odd = dataclasses.replace(ctx, templates=[t for t in ctx.templates if t != "{}"])
+    odd_inputs = build_edit_inputs(lm.tokenizer, REQ, odd.templates, cfg.objective)
+    k2, g2 = search_keys(lm, odd, REQ, 0, cfg.mom2_ridge, GAIN, odd_inputs)
+    assert torch.allclose(k2.k_cur, ref.k_cur, atol=1e-5) and g2.shape == (odd_inputs.batch.input_ids.shape[0],)
+    assert search_keys(lm, ctx, REQ, 0, cfg.mom2_ridge, UpdateConfig(), inputs) == (None, None)
 
 
 def test_gains_are_what_the_written_update_delivers(setup):
-    lm, cfg, ctx, inputs, keys = setup
-    g = written_gains(lm, 0, inputs, keys)
+    lm, cfg, ctx, inputs, keys, g = setup
     assert g.shape == (inputs.batch.input_ids.shape[0],)
     assert abs(float(g[0]) - 1) < 1e-5  # the plain prompt: the update is solved at its key
     delta = torch.randn(keys.out_cur.shape[0], generator=torch.Generator().manual_seed(0))
@@ -52,10 +65,10 @@ def test_gains_are_what_the_written_update_delivers(setup):
 
 
 def test_graphs_apply_the_gains_and_prefix_stays_exact(setup):
-    lm, cfg, ctx, inputs, keys = setup
+    lm, cfg, ctx, inputs, keys, gains = setup
     obj = ObjectiveConfig()
     st = compute_prefix_state(lm.model, lm.family, 0, inputs)
-    gains = written_gains(lm, 0, inputs, keys)
+    assert torch.equal(compute_prefix_state(lm.model, lm.family, 0, inputs, row_gain=gains).row_gain, gains)
     D = torch.randn(3, st.h_suffix.shape[-1], generator=torch.Generator().manual_seed(1)) * float(st.v_init.norm())
     plain = PrefixGraph(lm.model, lm.family, st, obj)(D)
     ones = PrefixGraph(lm.model, lm.family, dataclasses.replace(st, row_gain=torch.ones_like(gains)), obj)(D)
@@ -73,7 +86,7 @@ def test_graphs_apply_the_gains_and_prefix_stays_exact(setup):
 
 @pytest.mark.parametrize("lean", [False, True])
 def test_rome_with_written_gain_runs_on_both_graphs(setup, lean):
-    lm, cfg, ctx, _, _ = setup
+    lm, cfg, ctx, _, _, _ = setup
     out = run_method(lm, REQ, dataclasses.replace(cfg, prefix_reuse=lean), ctx)
     assert out.u.shape[0] == lm.model.config.hidden_size and torch.isfinite(out.w).all()
     assert isinstance(out.loop_holds, bool) and out.write["write_error_plain"] < 1e-4

@@ -21,14 +21,16 @@ def keys_at_subject(model, family: Family, layer: int, tok, prompts: list[str], 
     return rec.input[rows, idx].float(), rec.output[rows, idx].float()
 
 
-def row_keys(model, family: Family, layer: int, batch) -> torch.Tensor:
-    """Inputs of ``mlp_out`` at each row's subject token of a prompt ``batch``: [B, d_in] float32."""
+def row_keys(model, family: Family, layer: int, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and outputs of ``mlp_out`` at each row's subject token of a prompt ``batch``:
+    ([B, d_in], [B, d_out]) float32."""
     mod = get_module(model, family.mlp_out, layer)
     dev = next(model.parameters()).device
     with torch.no_grad(), record(mod, stop=True) as rec:
         model(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev))
     rows = torch.arange(batch.input_ids.shape[0], device=dev)
-    return rec.input[rows, batch.subject_idx.to(dev)].float()
+    idx = batch.subject_idx.to(dev)
+    return rec.input[rows, idx].float(), rec.output[rows, idx].float()
 
 
 def compute_key(model, family: Family, layer: int, tok, templates: list[str], rewrite_prompt: str,

@@ -124,14 +124,10 @@ def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig,
     ``cfg.prefix_reuse``, through the prefix-reusing graph the forward-only method uses.
     ``row_gain`` [B]: the delta's gain per prompt row (``UpdateConfig.written_gain``)."""
     if cfg.prefix_reuse:
-        import dataclasses
-
         from ..forward.graph import PrefixGraph
         from ..forward.prefix import compute_prefix_state
 
-        state = compute_prefix_state(model, family, cfg.layer, inputs)
-        if row_gain is not None:
-            state = dataclasses.replace(state, row_gain=row_gain.to(state.h_suffix.device))
+        state = compute_prefix_state(model, family, cfg.layer, inputs, row_gain)
         return adam_value_search(prefix_loss_fn(PrefixGraph(model, family, state, cfg.objective)),
                                  state.v_init, cfg, on_step)
     v_init, kl_ref = init_value_and_kl(model, family, cfg.layer, inputs)

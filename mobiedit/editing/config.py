@@ -61,7 +61,7 @@ class UpdateConfig:
     Either way ``w`` is normalised so that the plain prompt's key gets exactly ``v*`` (ROME's
     normalisation; AlphaEdit's own solve leaves the target short by ``α``). At another row's key
     ``k_i`` the written update adds ``δ·(wᵀk_i)``, not ``δ``: ``written_gain`` makes the value
-    search see exactly that (:func:`mobiedit.methods.rome.written_gains`).
+    search see exactly that (:func:`mobiedit.methods.rome.search_keys`).
     """
 
     rule: str = "rome"

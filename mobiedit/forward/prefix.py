@@ -111,8 +111,10 @@ def readouts(inputs: EditInputs, s: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return torch.tensor(rows), torch.tensor(pos), torch.tensor(lab)
 
 
-def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) -> PrefixState:
-    """One unedited forward → the :class:`PrefixState` of this edit at ``layer``."""
+def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs,
+                         row_gain: torch.Tensor | None = None) -> PrefixState:
+    """One unedited forward → the :class:`PrefixState` of this edit at ``layer``; ``row_gain`` [B]:
+    the delta's gain per row (``UpdateConfig.written_gain``; None: δ at every row)."""
     from ..editing.objective import kl_keep, kl_logprobs
 
     dev = next(model.parameters()).device
@@ -142,4 +144,5 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs) 
                        block_types=layer_types(model, family)[layer + 1:],
                        readout_row=rr.to(dev), readout_pos=rp.to(dev), readout_label=rl.to(dev),
                        kl_ref=kl_logprobs(out.logits, inputs, kept=True).detach(), n_rewrite=inputs.n_rewrite,
-                       target_len=inputs.target_len, v_init=v_init)
+                       target_len=inputs.target_len, v_init=v_init,
+                       row_gain=None if row_gain is None else row_gain.to(dev))

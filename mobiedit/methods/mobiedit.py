@@ -8,7 +8,6 @@ clamp, the success rule) and computes the factors on the float model. Defaults:
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from ..forward.stream import layers_paged_out
 from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig
-from ..editing.context import build_edit_inputs
+from ..editing.context import EditInputs, build_edit_inputs
 from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll
 from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
@@ -72,14 +71,11 @@ class MobiEditConfig:
         return EditRecipe(self.zo, SuccessCriterion(self.success_fraction, self.success_nll))
 
 
-def build_graph(fwd_model, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
+def build_graph(fwd_model, lm: LoadedModel, inputs: EditInputs, cfg: MobiEditConfig,
                 row_gain: torch.Tensor | None = None):
-    """The forward-only graph of one edit (prefix-reusing or full) on ``fwd_model``; ``row_gain``
-    [B]: the delta's gain per prompt row (:func:`~mobiedit.methods.rome.written_gains`)."""
-    inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
-    state = compute_prefix_state(fwd_model, lm.family, cfg.layer, inputs)
-    if row_gain is not None:
-        state = dataclasses.replace(state, row_gain=row_gain.to(state.h_suffix.device))
+    """The forward-only graph of one edit's ``inputs`` (prefix-reusing or full) on ``fwd_model``;
+    ``row_gain`` [B]: the delta's gain per prompt row (:func:`~mobiedit.methods.rome.search_keys`)."""
+    state = compute_prefix_state(fwd_model, lm.family, cfg.layer, inputs, row_gain)
     if cfg.prefix_reuse:
         return PrefixGraph(fwd_model, lm.family, state, cfg.objective), state, inputs
     return FullGraph(fwd_model, lm.family, cfg.layer, inputs, state, cfg.objective), state, inputs
@@ -115,7 +111,7 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     (measured on the float model ``lm``)."""
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
     keys, gains = search_keys(lm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
-    graph, state, _ = build_graph(fwd_model, lm, req, cfg, ctx, gains)
+    graph, state, _ = build_graph(fwd_model, lm, inputs, cfg, gains)
     found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step)
     u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,

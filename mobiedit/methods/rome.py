@@ -28,24 +28,28 @@ class EditKeys:
     direction: torch.Tensor
 
 
+def _direction(ctx: ModelContext, layer: int, k_bar: torch.Tensor, mom2_ridge: float,
+               update: UpdateConfig) -> torch.Tensor:
+    """The update direction for key ``k_bar``: ROME's ``C⁻¹k̄`` by default, or AlphaEdit's
+    null-space solve against ``ctx.projector`` and ``ctx.edited_keys``."""
+    if update.rule == "nullspace":
+        return null_space_direction(ctx.projector[layer], k_bar, ctx.edited_keys.get(layer, []), update.alpha)
+    return solve_c(ctx.mom2.get(layer), k_bar, mom2_ridge)
+
+
 def edit_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, mom2_ridge: float,
               update: UpdateConfig) -> EditKeys:
-    """The keys and the update direction of ``req`` on the float model ``lm``. ``update`` picks the
-    direction (:class:`~mobiedit.editing.config.UpdateConfig`: ROME's ``C⁻¹k̄`` by default, or
-    AlphaEdit's null-space solve against ``ctx.projector`` and ``ctx.edited_keys``)."""
+    """The keys and the update direction of ``req`` on the float model ``lm``
+    (:class:`~mobiedit.editing.config.UpdateConfig` picks the direction)."""
     k_bar, k_cur, out_cur = compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
                                         req.rewrite_prompt, req.subject)
-    if update.rule == "nullspace":
-        direction = null_space_direction(ctx.projector[layer], k_bar, ctx.edited_keys.get(layer, []), update.alpha)
-    else:
-        direction = solve_c(ctx.mom2.get(layer), k_bar, mom2_ridge)
-    return EditKeys(k_bar, k_cur, out_cur, direction)
+    return EditKeys(k_bar, k_cur, out_cur, _direction(ctx, layer, k_bar, mom2_ridge, update))
 
 
-def written_gains(lm: LoadedModel, layer: int, inputs: EditInputs, keys: EditKeys) -> torch.Tensor:
-    """[B] ``wᵀk_b`` at each prompt row's subject key (float model): the share of the searched
+def gains_at(k_rows: torch.Tensor, keys: EditKeys) -> torch.Tensor:
+    """[B] ``wᵀk_b`` at each prompt row's subject key ``k_rows`` [B, d_in]: the share of the searched
     delta the written update ``u wᵀ`` delivers at row ``b`` (1 at the plain prompt, by construction)."""
-    k = row_keys(lm.model, lm.family, layer, inputs.batch).double()
+    k = k_rows.double()
     d = keys.direction.double().to(k.device)
     return ((k @ d) / torch.dot(keys.k_cur.double().to(k.device), d)).float()
 
@@ -67,11 +71,21 @@ def factors_from_delta(lm: LoadedModel, ctx: ModelContext, req: EditRequest, lay
 def search_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, mom2_ridge: float,
                 update: UpdateConfig, inputs: EditInputs) -> tuple[EditKeys | None, torch.Tensor | None]:
     """With ``update.written_gain``: the request's :class:`EditKeys` and the rows' gains for the
-    search graph, computed before the search; else (None, None) (keys after the search, δ at every row)."""
+    search graph, computed before the search; else (None, None) (keys after the search, δ at every row).
+
+    One float forward of the edit's rows gives both: the rewrite rows are ``template(prompt) +
+    target``, so (causal attention) their subject keys are :func:`edit_keys`'s context keys, and the
+    ``"{}"`` template's row is the plain prompt. Templates without ``"{}"`` take the keys apart."""
     if not update.written_gain:
         return None, None
-    keys = edit_keys(lm, ctx, req, layer, mom2_ridge, update)
-    return keys, written_gains(lm, layer, inputs, keys)
+    k_rows, out_rows = row_keys(lm.model, lm.family, layer, inputs.batch)
+    if "{}" not in ctx.templates:
+        keys = edit_keys(lm, ctx, req, layer, mom2_ridge, update)
+        return keys, gains_at(k_rows, keys)
+    plain = ctx.templates.index("{}")
+    k_bar = k_rows[:inputs.n_rewrite].mean(0)
+    keys = EditKeys(k_bar, k_rows[plain], out_rows[plain], _direction(ctx, layer, k_bar, mom2_ridge, update))
+    return keys, gains_at(k_rows, keys)
 
 
 def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelContext,
