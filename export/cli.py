@@ -75,10 +75,13 @@ def _default_of(section: str, key: str):
     return getattr(getattr(default_export_config(), section), key)
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace, model_dir=None):
     """The :class:`~mobiedit.export.config.ExportConfig` of ``mobiedit export``'s flags: the flags
-    given, merged over :func:`~mobiedit.export.config.default_export_config` of ``--runtime``."""
+    given, merged over :func:`~mobiedit.export.config.default_export_config` of ``--runtime`` with
+    the model profile's objective and context settings (:func:`mobiedit.profile.profile_settings`)
+    as the edit section's."""
     from mobiedit.config_io import merge
+    from mobiedit.profile import profile_path, profile_settings
 
     from .config import default_export_config
 
@@ -98,7 +101,11 @@ def config_from_args(args: argparse.Namespace):
     put("edit", "layer", args.layer)
     put("edit", "seed", args.seed)
     put("edit", "mom2", False if args.no_mom2 else None)
-    return merge(default_export_config(args.runtime), over)
+    base = default_export_config(args.runtime)
+    prof = profile_settings(model_dir)
+    if prof:
+        base = merge(base, {"edit": prof}, profile_path(model_dir))
+    return merge(base, over)
 
 
 def cmd_export(args) -> int:
@@ -112,13 +119,14 @@ def cmd_export(args) -> int:
     from .bundle import export_bundle, load_bundle
 
     torch.set_num_threads(1)
-    cfg = config_from_args(args)
+    config_from_args(args)  # a bad flag fails before the model is resolved (maybe trained)
+    model_dir = resolve_model_arg(args.model) if args.model else resolve_model(args)
+    cfg = config_from_args(args, model_dir)
     fit = None
     if args.fit_requests:
         from mobiedit.requests import load_requests
 
         fit = load_requests(args.fit_requests)[: args.fit_n or None]
-    model_dir = resolve_model_arg(args.model) if args.model else resolve_model(args)
     out = export_bundle(model_dir, args.out, cfg, fit_requests=fit, overwrite=args.overwrite,
                         inputs=(args.fit_requests,))
     m = load_bundle(out).manifest

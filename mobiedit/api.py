@@ -73,10 +73,11 @@ def load_model(name_or_dir: PathLike | None = None, *, preset: str = "default", 
     return _load_folder(_folder(name_or_dir, preset, progress), device=device, dtype=dtype)
 
 
-def _config(method: str | None, config: Any, layer: int, seed: int) -> MethodConfig:
-    """``config`` (an instance, a YAML path or None) of ``method``, with this run's layer and seed."""
+def _config(method: str | None, config: Any, layer: int, seed: int, model_dir: Path) -> MethodConfig:
+    """``config`` (an instance, taken as given; a YAML path or None, over the model profile's
+    settings) of ``method``, with this run's layer and seed."""
     if config is None or isinstance(config, (str, os.PathLike)):
-        cfg = load_method_config(method or "mobiedit", config)
+        cfg = load_method_config(method or "mobiedit", config, model_dir=model_dir)
     else:
         name = method_name(config)
         if method is not None and method != name:
@@ -100,8 +101,9 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
         model: a :class:`LoadedModel` (edited in place) or what :func:`load_model` takes (loaded here).
         requests: :class:`~mobiedit.requests.EditRequest` objects, or a request file.
         method: a name in :data:`METHODS` (default ``mobiedit``, or the method of ``config``).
-        config: a method config instance, a YAML file merged over the method's defaults, or None
-            (the defaults). Its ``layer`` and its search seed are replaced, as ``mobiedit edit`` does.
+        config: a method config instance (taken as given), a YAML file merged over the method's
+            defaults and the model profile's settings (``mobiedit tune``), or None (those two).
+            Its ``layer`` and its search seed are replaced, as ``mobiedit edit`` does.
         out: if given, a new folder receiving the edited model (HF safetensors + tokenizer), its
             sidecars and the edit journal (an earlier journal of the model folder continues there);
             written atomically, refused when it holds anything but an earlier edit output (unless
@@ -126,7 +128,7 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
     lm_given = isinstance(model, LoadedModel)
     path = model.path if lm_given else _folder(model, progress=progress)
     reqs = _requests(requests)
-    cfg = _config(method, config, edit_layer_for(path, layer), seed)
+    cfg = _config(method, config, edit_layer_for(path, layer), seed, path)
     if out is not None:
         config_path = config if isinstance(config, (str, os.PathLike)) else None
         request_path = requests if isinstance(requests, (str, os.PathLike)) else None

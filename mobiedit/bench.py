@@ -27,7 +27,7 @@ def row_identity(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed:
     from .config_io import to_dict
     from .digest import files_sha256
 
-    return {"row": spec.name, "config": to_dict(row_config(spec.name, layer, seed, spec.sets)),
+    return {"row": spec.name, "config": to_dict(row_config(spec.name, layer, seed, spec.sets, model_dir)),
             "model": str(Path(model_dir).resolve()),
             "requests_sha256": files_sha256([Path(req_file)]), "layer": layer, "seed": seed, "ability": ability}
 
@@ -99,7 +99,7 @@ def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, 
 
     quiet_libraries()
     name = spec.label
-    cfg = row_config(spec.name, layer, seed, spec.sets)
+    cfg = row_config(spec.name, layer, seed, spec.sets, model_dir)
     rlog = RowLog(Path(out).with_suffix(".jsonl"), row_identity(spec, model_dir, req_file, layer, seed, ability))
     reqs = request_slice(req_file, spec.n, offset)
     todo = [r for r in reqs if r.case_id not in rlog.done]
@@ -267,6 +267,10 @@ def cmd_bench(args) -> int:
     rows = parse_rows(args.rows, args.n, sets)
     case_ids = [r.case_id for r in request_slice(req_file, max(r.n for r in rows), args.offset)]
     rows, sweep = tune_rows(rows, args.tuned_from, case_ids)
+    from .digest import files_sha256
+    from .profile import check_not_tuned_on
+
+    check_not_tuned_on(model_dir, files_sha256([req_file]), case_ids)
     if not args.no_ability:  # the held-out text's package, checked here for a clear error
         from .corpora import LEE_FILE, data_file
 

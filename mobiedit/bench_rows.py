@@ -145,9 +145,12 @@ def _nest(sets: tuple[tuple[str, Any], ...]) -> dict:
     return out
 
 
-def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ...] = ()):
-    """The dataclass config of row ``name`` at ``layer`` with ``sets`` merged over it. A setting
-    the row's config does not have raises a ConfigError naming the dotted key."""
+def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ...] = (),
+               model_dir: str | Path | None = None):
+    """The dataclass config of row ``name`` at ``layer``: the method's defaults, the settings of
+    ``model_dir``'s profile (:func:`mobiedit.profile.profile_settings`), the row's overrides, then
+    ``sets``, each merged over the last. A setting the row's config does not have raises a
+    ConfigError naming the dotted key."""
     from .config_io import from_dict, merge
     from .editing.config import ROMEConfig
     from .methods.mobiedit import MobiEditConfig
@@ -156,7 +159,11 @@ def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ..
         raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")
     method, over = ROWS[name]
     cls = ROMEConfig if method == "rome" else MobiEditConfig
-    cfg = merge(from_dict(cls, over, f"row {name}"), _nest(sets), f"row {name}")
+    from .profile import profile_path, profile_settings
+
+    prof = profile_settings(model_dir)
+    base = merge(cls(), prof, profile_path(model_dir)) if prof else cls()
+    cfg = merge(merge(base, over, f"row {name}"), _nest(sets), f"row {name}")
     if method == "mobiedit":
         cfg = dataclasses.replace(cfg, zo=dataclasses.replace(cfg.zo, seed=seed))
     return dataclasses.replace(cfg, layer=layer)

@@ -64,11 +64,15 @@ def from_dict(cls: type, data: Any, path: str = "") -> Any:
     return merge(cls(), data, path)
 
 
-def load_yaml(cls: type, path: str | Path) -> Any:
-    """Read a YAML file into dataclass ``cls``."""
+def read_yaml(path: str | Path) -> Any:
+    """The mapping of a YAML config file (a partial config; :func:`merge` checks it)."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        return yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read YAML ({str(e).splitlines()[0]})", where=str(path),
                           fix="pass a readable YAML file") from None
-    return from_dict(cls, data)
+
+
+def load_yaml(cls: type, path: str | Path) -> Any:
+    """Read a YAML file into dataclass ``cls``."""
+    return from_dict(cls, read_yaml(path))

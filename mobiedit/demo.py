@@ -45,7 +45,7 @@ def _edit_child(method: str, model_dir: str, req: dict, layer: int, seed: int, o
 
     quiet_libraries()
     lm = load_model(model_dir)
-    cfg = method_config(method, layer, None, seed)
+    cfg = method_config(method, layer, None, seed, model_dir)
     ctx = prepare(lm, cfg, seed)
     res = run_method(lm, EditRequest.from_dict(req), cfg, ctx)
     save_file({"u": res.u.contiguous(), "w": res.w.contiguous()}, out + ".safetensors")

@@ -138,5 +138,39 @@ def resolve_layer(model_dir: str | os.PathLike, override: int | None) -> int:
                       fix="run `mobiedit trace --model M --write-profile` once, or pass --layer N")
 
 
+#: the method-config sections a profile may set (:func:`profile_settings`)
+PROFILE_SECTIONS = ("objective", "context")
+
+
+def profile_settings(model_dir: str | os.PathLike | None) -> dict:
+    """The config settings the profile of ``model_dir`` carries — ``{"objective": {...}, "context":
+    {...}}``, empty sections left out, ``{}`` without a profile. Every path that builds a method
+    config for this model (``edit``, ``bench``, ``sequential``, ``export``, the demo) merges them
+    over the defaults, under the user's own config (``mobiedit tune`` chooses them)."""
+    prof = read_profile(model_dir) if model_dir is not None else None
+    if prof is None:
+        return {}
+    return {name: getattr(prof, name) for name in PROFILE_SECTIONS if getattr(prof, name)}
+
+
+def profile_path(model_dir: str | os.PathLike) -> str:
+    """``DIR/mobiedit.json``: the ``where`` of an error in the profile's settings."""
+    return str(Path(model_dir) / PROFILE_FILE)
+
+
+def check_not_tuned_on(model_dir: str | os.PathLike, requests_sha256: str, case_ids: list[str]) -> None:
+    """Refuse to report on requests the profile's settings were tuned on (``notes.tune`` of
+    ``mobiedit tune``, same request file): evaluation stays apart from tuning."""
+    prof = read_profile(model_dir)
+    tune = prof.notes.get("tune") if prof is not None else None
+    if not isinstance(tune, dict) or tune.get("requests_sha256") != requests_sha256:
+        return
+    shared = sorted(set(tune.get("case_ids", [])) & set(case_ids))
+    if shared:
+        raise ConfigError(f"{len(shared)} of these requests (e.g. {shared[0]}) tuned this model's profile",
+                          where="--offset", fix=f"report on other requests: the tuning took {len(tune['case_ids'])} "
+                                                f"from offset {tune.get('offset')} of {tune.get('requests')}")
+
+
 def with_layer(profile: ModelProfile, layer: int, reason: str) -> ModelProfile:
     return replace(profile, edit_layer=layer, layer_reason=reason)

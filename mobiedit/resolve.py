@@ -41,20 +41,28 @@ def edit_layer_for(model_dir: Path, override: int | None) -> int:
 
 
 def load_method_config(method: str, config_path: str | os.PathLike | None = None,
-                       overrides: Mapping[str, Any] | None = None) -> Any:
-    """The config dataclass of ``method`` (:data:`mobiedit.methods.METHODS`): its defaults, the YAML
-    file ``config_path`` merged over them, then the mapping ``overrides`` merged over that
+                       overrides: Mapping[str, Any] | None = None,
+                       model_dir: str | os.PathLike | None = None) -> Any:
+    """The config dataclass of ``method`` (:data:`mobiedit.methods.METHODS`): its defaults, the
+    settings of ``model_dir``'s profile (:func:`mobiedit.profile.profile_settings`), the YAML file
+    ``config_path``, then the mapping ``overrides``, each merged over the last
     (:func:`mobiedit.config_io.merge`: nested mappings change single fields).
 
     Raises:
         ConfigError: unknown method (``where="method"``), unreadable YAML, unknown keys or
-            invalid values (``where`` names the dotted field).
+            invalid values (``where`` names the dotted field, or the profile file).
     """
-    from .config_io import load_yaml, merge
+    from .config_io import merge, read_yaml
     from .methods import method_entry
+    from .profile import profile_path, profile_settings
 
     cls, _ = method_entry(method)
-    cfg = load_yaml(cls, config_path) if config_path else cls()
+    cfg = cls()
+    prof = profile_settings(model_dir)
+    if prof:
+        cfg = merge(cfg, prof, profile_path(model_dir))
+    if config_path:
+        cfg = merge(cfg, read_yaml(config_path), str(config_path))
     return merge(cfg, dict(overrides)) if overrides else cfg
 
 
@@ -65,11 +73,13 @@ def run_overrides(cfg: Any, layer: int, seed: int) -> dict[str, Any]:
     return {"layer": layer, **({"zo": {"seed": seed}} if searched else {})}
 
 
-def method_config(method: str, layer: int, config_path: str | None, seed: int):
-    """The method's dataclass config: YAML file (if any) with ``layer`` and seed applied."""
+def method_config(method: str, layer: int, config_path: str | None, seed: int,
+                  model_dir: str | os.PathLike | None = None):
+    """The method's dataclass config: the model profile's settings and the YAML file (if any) over
+    the defaults (:func:`load_method_config`), with ``layer`` and seed applied."""
     from .config_io import merge
 
-    cfg = load_method_config(method, config_path)
+    cfg = load_method_config(method, config_path, model_dir=model_dir)
     return merge(cfg, run_overrides(cfg, layer, seed))
 
 

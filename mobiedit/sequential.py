@@ -76,7 +76,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
         raise ConfigError(f"must be >= 1, got {n_edits}", where="--n", fix="edit at least one request")
     model_dir = Path(model_dir)
     layer = edit_layer_for(model_dir, layer)
-    cfg = method_config(method, layer, config, seed)
+    cfg = method_config(method, layer, config, seed, model_dir)
     lm = load_model(model_dir)
     tok, fam = lm.tokenizer, lm.family
     all_reqs = load_requests(requests or bundled_path("counterfact-edit-1k.json"))

@@ -26,7 +26,7 @@ SOURCES = {"mobiedit": ROOT / "mobiedit", "mobiedit.export": ROOT / "export"}
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("mobiedit.cli", "mobiedit.export.cli")),
     # benchmarks and harness verbs: above the library API, which they (should) use
-    ("harness", ("mobiedit.bench", "mobiedit.bench_rows", "mobiedit.bench_prefix", "mobiedit.bench_shape", "mobiedit.demo",
+    ("harness", ("mobiedit.bench", "mobiedit.bench_rows", "mobiedit.bench_prefix", "mobiedit.bench_shape", "mobiedit.demo", "mobiedit.tune",
                  "mobiedit.sequential", "mobiedit.rowlog", "mobiedit.zo.bench_overhead", "mobiedit.export.bench",
                  "mobiedit.export.bench_flags", "mobiedit.export.quality")),
     ("api", ("mobiedit.api", "mobiedit.resolve")),

@@ -1,0 +1,244 @@
+"""``mobiedit tune``: choose a model's edit settings — the layer and any objective or context
+setting (the clamp, the decay, the KL weight, the templates) — by a small grid of bench rows on
+requests the model knows, held apart from evaluation, and write the winner into its profile.
+
+Contract:
+  * the candidates are the profile's current settings first, then every combination of ``--layers``
+    and ``--grid KEY=V1,V2`` (``KEY`` under ``objective.`` or ``context.``: what a profile carries);
+  * each candidate is a :func:`mobiedit.bench.run_row` of one method row on the same ``n``
+    requests (a child process each; its log in ``--out`` resumes an interrupted run);
+  * the rank is :func:`tune_score`, the harmonic mean of efficacy and generalization (probability
+    convention) and locality (unchanged vs the unedited model); ties keep the earlier candidate,
+    so the current settings stay unless a candidate does better;
+  * the tuning requests default to the request file's last ``n``; their ids and the file's digest
+    go into the profile (``notes.tune``), and ``mobiedit bench`` refuses to report on them
+    (:func:`mobiedit.profile.check_not_tuned_on`);
+  * ``tune.json`` + ``tune.png`` in ``--out``; the profile is written (atomically) only with
+    ``--write-profile``.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: the default grid: ROME's clamp and decay, each around its default
+DEFAULT_GRID = ("objective.clamp_norm_factor=2,4,8", "objective.weight_decay=0.1,0.5")
+#: the settings a profile stores (:data:`mobiedit.profile.PROFILE_SECTIONS`)
+_SECTIONS = ("objective.", "context.")
+
+
+def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
+    """``KEY=V1,V2`` items -> [(dotted key, values)], each value read as JSON (else a string)."""
+    out = []
+    for item in items or []:
+        key, eq, raw = item.partition("=")
+        if not eq or not raw or not key.startswith(_SECTIONS) or any(not p for p in key.split(".")):
+            raise ConfigError(f"bad grid item {item!r}", where="--grid",
+                              fix="write KEY=V1,V2 with KEY under objective. or context. (what a profile stores), "
+                                  "e.g. objective.clamp_norm_factor=2,4,8")
+        vals = []
+        for v in raw.split(","):
+            try:
+                vals.append(json.loads(v))
+            except ValueError:
+                vals.append(v)
+        out.append((key, vals))
+    return out
+
+
+def candidates(layer: int, layers: list[int], grid: list[tuple[str, list[Any]]]) -> list[tuple[int, tuple]]:
+    """[(layer, settings)]: the current settings at the profile's ``layer`` first, then the product
+    of ``layers`` and the grid's values (without repeating the first)."""
+    keys = [k for k, _ in grid]
+    out = [(layer, ())]
+    for lay in layers:
+        for combo in itertools.product(*(v for _, v in grid)):
+            cand = (lay, tuple(zip(keys, combo)))
+            if cand not in out:
+                out.append(cand)
+    return out
+
+
+def distinct(cands: list[tuple[int, tuple]], method_row: str, seed: int, model_dir: Path) -> list[tuple[int, tuple]]:
+    """``cands`` without those whose resolved config repeats an earlier one's (a grid value equal
+    to the current setting); a setting the row's config lacks fails here, before any edit."""
+    from .bench_rows import row_config
+
+    seen, out = [], []
+    for lay, sets in cands:
+        cfg = row_config(method_row, lay, seed, sets, model_dir)
+        if cfg not in seen:  # dataclass equality: 4 == 4.0
+            seen.append(cfg)
+            out.append((lay, sets))
+    return out
+
+
+def tune_score(quality: dict) -> float:
+    """Harmonic mean (in %) of efficacy and generalization (P(new) > P(true)) and locality
+    (neighbour answers unchanged vs the unedited model): one failing part sinks the score."""
+    parts = [quality.get(k, float("nan")) for k in ("efficacy_prob", "generalization_prob", "locality_unchanged")]
+    if any(math.isnan(p) for p in parts):
+        return float("nan")
+    return 0.0 if min(parts) <= 0 else len(parts) / sum(1.0 / p for p in parts)
+
+
+def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands: list[tuple[int, tuple]],
+             n: int, offset: int, seed: int, out: Path, progress: bool) -> list[dict]:
+    """Run every candidate as a bench row; return the table (one dict per candidate, in order)."""
+    from .bench import run_row
+    from .bench_rows import RowSpec
+
+    table = []
+    for i, (lay, sets) in enumerate(cands):
+        spec = RowSpec(method_row, n, sets)
+        log.warning("tune candidate %d/%d: layer %d %s", i + 1, len(cands), lay, dict(sets) or "(current settings)")
+        res = run_row(spec, model_dir, req_file, lay, seed, out, ability=False, progress=progress, offset=offset)
+        table.append({"layer": lay, "settings": dict(sets), "score": tune_score(res["quality"]),
+                      "quality": res["quality"], "success_rate": res["success_rate"],
+                      "loss_evals_median_success": res["loss_evals_median_success"],
+                      "wall_per_edit_s": res["wall_per_edit_s"]})
+        print(format_line(i, table[-1]), flush=True)
+    return table
+
+
+def best_index(table: list[dict]) -> int:
+    """The highest score (NaN never wins); ties keep the earlier candidate."""
+    best = 0
+    for i, row in enumerate(table):
+        if row["score"] == row["score"] and not (row["score"] <= table[best]["score"]):
+            best = i
+    return best
+
+
+def format_line(i: int, row: dict) -> str:
+    q = row["quality"]
+    name = " ".join(f"{k.split('.')[-1]}={v}" for k, v in row["settings"].items()) or "current"
+    return (f"{i:>3} L{row['layer']:<3}{name:<44}{row['score']:>7.1f}{q['efficacy_prob']:>7.1f}"
+            f"{q['generalization_prob']:>7.1f}{q.get('locality_unchanged', float('nan')):>7.1f}"
+            f"{row['success_rate']:>7.1f}{row['wall_per_edit_s']:>8.2f}")
+
+
+HEADER = f"{'#':>3} {'L':<4}{'settings':<44}{'score':>7}{'effP':>7}{'genP':>7}{'locU':>7}{'succ%':>7}{'s/edit':>8}"
+
+
+def plot(table: list[dict], best: int, png: Path, title: str) -> None:
+    """One bar per candidate (its score), the chosen one highlighted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .atomic import atomic_path
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(table) + 2), 4.5))
+    labels = [f"L{r['layer']} " + " ".join(f"{k.split('.')[-1]}={v}" for k, v in r["settings"].items())
+              if r["settings"] else f"L{r['layer']} current" for r in table]
+    scores = [0.0 if r["score"] != r["score"] else r["score"] for r in table]
+    ax.bar(range(len(table)), scores, color=["tab:orange" if i == best else "tab:blue" for i in range(len(table))])
+    ax.set_xticks(range(len(table)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("score: harmonic mean of effP, genP, locU (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    with atomic_path(png, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
+    """The model's profile with ``row``'s layer and settings (merged over its own) and the tuning's
+    provenance in ``notes.tune``."""
+    from .profile import ModelProfile, read_profile
+
+    old = read_profile(model_dir) or ModelProfile(edit_layer=row["layer"])
+    sections = {"objective": dict(old.objective), "context": dict(old.context)}
+    for key, value in row["settings"].items():
+        section, *path = key.split(".")
+        node = sections[section]
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = value
+    reason = old.layer_reason if row["layer"] == old.edit_layer else \
+        f"mobiedit tune ({method_row}, {tuning['n']} known requests): the best score at layer {row['layer']}"
+    return replace(old, edit_layer=row["layer"], layer_reason=reason, objective=sections["objective"],
+                   context=sections["context"], notes={**old.notes, "tune": tuning})
+
+
+def cmd_tune(args) -> int:
+    from .atomic import atomic_write_text
+    from .bench import request_slice
+    from .bench_rows import ROWS
+    from .digest import files_sha256
+    from .profile import read_profile, write_profile
+    from .requests import bundled_path, load_requests
+    from .resolve import edit_layer_for, resolve_model
+
+    if args.method not in ROWS:
+        raise ConfigError(f"unknown bench row {args.method!r}", where="--method", fix=f"use one of {sorted(ROWS)}")
+    if args.n < 1:
+        raise ConfigError(f"--n must be >= 1, got {args.n}", where="--n", fix="e.g. --n 16")
+    grid = parse_grid(args.grid if args.grid is not None else list(DEFAULT_GRID))
+    model_dir = resolve_model(args)
+    try:
+        layers = [int(x) for x in args.layers.split(",")] if args.layers else []
+    except ValueError:
+        raise ConfigError(f"bad layer list {args.layers!r}", where="--layers", fix="e.g. --layers 3,4,5") from None
+    # the current settings' layer: the profile's; without a profile, the first of --layers
+    layer = edit_layer_for(model_dir, layers[0] if layers and read_profile(model_dir) is None else None)
+    layers = layers or [layer]
+    req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
+    total = len(load_requests(req_file))
+    offset = args.offset if args.offset is not None else total - args.n
+    if offset < 0 or offset + args.n > total:
+        raise ConfigError(f"requests {offset}..{offset + args.n} are not all in {req_file.name} ({total})",
+                          where="--offset", fix=f"use --n <= {total} and --offset <= {total} - n")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cands = distinct(candidates(layer, layers, grid), args.method, args.seed, model_dir)
+    print(f"tuning {model_dir.name}: {len(cands)} candidates x {args.n} requests ({req_file.name} from {offset}), "
+          f"row {args.method}")
+    print(HEADER)
+    table = run_tune(model_dir, req_file, args.method, layer, cands, args.n, offset, args.seed, out, not args.quiet)
+    best = best_index(table)
+    case_ids = [r.case_id for r in request_slice(req_file, args.n, offset)]
+    tuning = {"method": args.method, "n": args.n, "offset": offset, "requests": req_file.name,
+              "requests_sha256": files_sha256([req_file]), "case_ids": case_ids, "seed": args.seed,
+              "score": "harmonic mean of efficacy_prob, generalization_prob, locality_unchanged",
+              "chosen": best, "table": [{k: r[k] for k in ("layer", "settings", "score")} for r in table]}
+    atomic_write_text(out / "tune.json", json.dumps({"model": str(model_dir), **tuning, "rows": table}, indent=1))
+    plot(table, best, out / "tune.png", f"mobiedit tune {model_dir.name} ({args.method}, {args.n} requests)")
+    print(f"chosen: #{best} — {format_line(best, table[best]).split(None, 1)[1]}")
+    print(f"wrote {out / 'tune.json'} and {out / 'tune.png'}")
+    if args.write_profile:
+        print(f"wrote {write_profile(model_dir, tuned_profile(model_dir, table[best], args.method, tuning))}")
+    return 0
+
+
+def register(sub) -> None:
+    sp = sub.add_parser("tune", help="choose a model's edit layer and objective settings on requests it knows "
+                                     "(writes the profile with --write-profile)")
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--model"); g.add_argument("--preset", default="default")
+    sp.add_argument("--requests", help="requests the model knows (default: bundled CounterFact 1k)")
+    sp.add_argument("--n", type=int, default=16, help="tuning requests per candidate")
+    sp.add_argument("--offset", type=int, help="first tuning request (default: the file's last n, apart from a bench's)")
+    sp.add_argument("--method", default="rome-lean", help="the bench row that edits (default rome-lean: the shared "
+                                                        "objective by exact gradients through the prefix graph)")
+    sp.add_argument("--layers", help="comma-separated layers to try (default: the profile's)")
+    sp.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                    help="a setting and its values, KEY under objective. or context.; repeatable "
+                         f"(default: {' '.join(DEFAULT_GRID)})")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", default="runs/tune")
+    sp.add_argument("--write-profile", action="store_true", help="write the chosen settings into the model's profile")
+    sp.set_defaults(fn=cmd_tune)

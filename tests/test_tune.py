@@ -1,0 +1,119 @@
+"""``mobiedit tune`` and the profile's settings (issue 18): the grid, the score, the choice, the
+profile it writes, and every config path (edit, bench, export) reading those settings."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+
+import pytest
+
+from mobiedit.bench_rows import row_config
+from mobiedit.errors import ConfigError
+from mobiedit.profile import ModelProfile, check_not_tuned_on, profile_settings, read_profile, write_profile
+from mobiedit.resolve import load_method_config
+from mobiedit.tune import best_index, candidates, distinct, parse_grid, tune_score, tuned_profile
+
+
+def test_grid_items_and_candidates():
+    grid = parse_grid(["objective.clamp_norm_factor=2,4", "objective.kl_prompt={} is"])
+    assert grid == [("objective.clamp_norm_factor", [2, 4]), ("objective.kl_prompt", ["{} is"])]
+    for bad in ("zo.lr=1", "objective.clamp_norm_factor", "objective..x=1", "objective.x="):
+        with pytest.raises(ConfigError, match="bad grid item") as e:
+            parse_grid([bad])
+        assert e.value.where == "--grid"
+    cands = candidates(1, [1, 2], [("objective.clamp_norm_factor", [2, 4])])
+    assert cands[0] == (1, ()) and len(cands) == 5  # the current settings first, then 2 layers x 2 values
+    # a value equal to the current setting (clamp 4 is the default) is the current candidate: dropped
+    kept = distinct(cands, "rome", 0, None)
+    assert kept == [(1, ()), (1, (("objective.clamp_norm_factor", 2),)), (2, (("objective.clamp_norm_factor", 2),)),
+                    (2, (("objective.clamp_norm_factor", 4),))]
+    with pytest.raises(ConfigError, match="clamp_norm_factorr"):
+        distinct([(1, (("objective.clamp_norm_factorr", 2),))], "rome", 0, None)
+
+
+def test_score_is_a_harmonic_mean_and_ties_keep_the_current():
+    q = {"efficacy_prob": 100.0, "generalization_prob": 50.0, "locality_unchanged": 100.0}
+    assert tune_score(q) == pytest.approx(3 / (1 / 100 + 1 / 50 + 1 / 100))
+    assert tune_score({**q, "generalization_prob": 0.0}) == 0.0
+    assert math.isnan(tune_score({**q, "locality_unchanged": float("nan")}))
+    rows = [{"score": 90.0}, {"score": 90.0}, {"score": float("nan")}, {"score": 80.0}]
+    assert best_index(rows) == 0
+    assert best_index(rows + [{"score": 90.5}]) == 4
+    assert best_index([{"score": float("nan")}, {"score": 10.0}]) == 1
+
+
+@pytest.fixture
+def model_copy(tiny_llama_dir, tmp_path):
+    d = tmp_path / "m"
+    shutil.copytree(tiny_llama_dir, d)
+    return d
+
+
+def test_profile_settings_reach_every_config_path(model_copy):
+    from mobiedit.export.cli import config_from_args
+
+    assert profile_settings(model_copy) == {}
+    write_profile(model_copy, ModelProfile(edit_layer=0, objective={"clamp_norm_factor": 2.0},
+                                           context={"lengths": [[3, 2]]}))
+    assert profile_settings(model_copy) == {"objective": {"clamp_norm_factor": 2.0}, "context": {"lengths": [[3, 2]]}}
+    for method in ("rome", "mobiedit"):
+        cfg = load_method_config(method, model_dir=model_copy)
+        assert cfg.objective.clamp_norm_factor == 2.0 and cfg.context.lengths == ((3, 2),)
+    assert load_method_config("rome").objective.clamp_norm_factor == 4.0  # no model: the defaults
+    yml = model_copy.parent / "c.yaml"
+    yml.write_text("objective:\n  clamp_norm_factor: 3.0\n")
+    assert load_method_config("rome", yml, model_dir=model_copy).objective.clamp_norm_factor == 3.0  # the user's wins
+    rc = row_config("fzoo", 0, 0, (), model_copy)
+    assert rc.objective.clamp_norm_factor == 2.0 and rc.zo.estimator == "fzoo"
+    assert row_config("fzoo", 0, 0, (("objective.clamp_norm_factor", 8),), model_copy).objective.clamp_norm_factor == 8
+    args = argparse.Namespace(**{k: None for k in ("quant", "edit_quant", "layer", "seed")}, runtime="onnxruntime",
+                              quantize_lm_head=False, quantize_embedding=False, no_lint=False, no_mom2=False)
+    from mobiedit.export.cli import _INT_FLAGS
+
+    for flag in _INT_FLAGS:
+        setattr(args, flag.replace("-", "_"), None)
+    ec = config_from_args(args, model_copy)
+    assert ec.edit.objective.clamp_norm_factor == 2.0 and ec.edit.context.lengths == ((3, 2),)
+    assert config_from_args(args).edit.objective.clamp_norm_factor == 4.0
+    write_profile(model_copy, ModelProfile(edit_layer=0, objective={"clamp": 2.0}))
+    with pytest.raises(ConfigError, match="clamp") as e:
+        load_method_config("rome", model_dir=model_copy)
+    assert "mobiedit.json" in e.value.where
+
+
+def test_tuned_profile_and_the_bench_guard(model_copy):
+    write_profile(model_copy, ModelProfile(edit_layer=0, layer_reason="trace", objective={"kl_factor": 0.1}))
+    tuning = {"n": 2, "requests_sha256": "abc", "case_ids": ["a", "b"], "offset": 5, "requests": "r.json"}
+    p = tuned_profile(model_copy, {"layer": 0, "settings": {"objective.weight_decay": 0.1}}, "rome-lean", tuning)
+    assert p.objective == {"kl_factor": 0.1, "weight_decay": 0.1} and p.layer_reason == "trace"
+    assert p.notes["tune"] is tuning
+    p1 = tuned_profile(model_copy, {"layer": 1, "settings": {}}, "rome-lean", tuning)
+    assert p1.edit_layer == 1 and "mobiedit tune" in p1.layer_reason
+    write_profile(model_copy, p)
+    with pytest.raises(ConfigError, match="tuned this model's profile") as e:
+        check_not_tuned_on(model_copy, "abc", ["x", "b"])
+    assert e.value.where == "--offset"
+    check_not_tuned_on(model_copy, "abc", ["x", "y"])  # other requests
+    check_not_tuned_on(model_copy, "other-file", ["a", "b"])  # another request file
+
+
+def test_tune_command_writes_table_png_and_profile(model_copy, tmp_path):
+    from mobiedit.cli import main
+    from mobiedit.requests import bundled_path
+
+    reqs = tmp_path / "reqs.json"
+    reqs.write_text(json.dumps(json.loads(bundled_path("counterfact-edit-1k.json").read_text())[:3]))
+    out = tmp_path / "tune"
+    argv = ["--quiet", "tune", "--model", str(model_copy), "--requests", str(reqs), "--n", "1", "--layers", "0",
+            "--grid", "objective.clamp_norm_factor=1,4", "--out", str(out), "--write-profile"]
+    assert main(argv) == 0
+    res = json.loads((out / "tune.json").read_text())
+    assert [r["settings"] for r in res["rows"]] == [{}, {"objective.clamp_norm_factor": 1}]  # 4: the current
+    assert res["offset"] == 2 and len(res["case_ids"]) == 1 and (out / "tune.png").stat().st_size > 1000
+    prof = read_profile(model_copy)
+    best = res["rows"][res["chosen"]]
+    assert prof.edit_layer == 0 and prof.notes["tune"]["case_ids"] == res["case_ids"]
+    assert prof.objective == {k.split(".")[1]: v for k, v in best["settings"].items()}
+    assert main(["tune", "--model", str(model_copy), "--requests", str(reqs), "--n", "9"]) == 2  # beyond the file
