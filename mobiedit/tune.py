@@ -37,14 +37,24 @@ _SECTIONS = ("objective.", "context.")
 
 
 def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
-    """``KEY=V1,V2`` items -> [(dotted key, values)], each value read as JSON (else a string)."""
+    """``KEY=V1,V2`` items -> [(dotted key, values)], each value read as JSON (else a string);
+    ``KEY=[V1, V2]`` (a JSON list) for values with commas, e.g. ``context.lengths=[[[5,5]],[[5,10]]]``."""
     out = []
     for item in items or []:
         key, eq, raw = item.partition("=")
+        fix = ("write KEY=V1,V2 (or KEY=[V1, V2] in JSON) with KEY under objective. or context. (what a profile "
+               "stores), e.g. objective.clamp_norm_factor=2,4,8")
         if not eq or not raw or not key.startswith(_SECTIONS) or any(not p for p in key.split(".")):
-            raise ConfigError(f"bad grid item {item!r}", where="--grid",
-                              fix="write KEY=V1,V2 with KEY under objective. or context. (what a profile stores), "
-                                  "e.g. objective.clamp_norm_factor=2,4,8")
+            raise ConfigError(f"bad grid item {item!r}", where="--grid", fix=fix)
+        if raw.lstrip().startswith("["):
+            try:
+                vals = json.loads(raw)
+            except ValueError as e:
+                raise ConfigError(f"bad JSON list in grid item {item!r} ({e})", where="--grid", fix=fix) from None
+            if not isinstance(vals, list) or not vals:
+                raise ConfigError(f"grid item {item!r} has no values", where="--grid", fix=fix)
+            out.append((key, vals))
+            continue
         vals = []
         for v in raw.split(","):
             try:

@@ -19,8 +19,11 @@ from mobiedit.tune import best_index, candidates, distinct, parse_grid, tune_sco
 def test_grid_items_and_candidates():
     grid = parse_grid(["objective.clamp_norm_factor=2,4", "objective.kl_prompt={} is"])
     assert grid == [("objective.clamp_norm_factor", [2, 4]), ("objective.kl_prompt", ["{} is"])]
-    for bad in ("zo.lr=1", "objective.clamp_norm_factor", "objective..x=1", "objective.x="):
-        with pytest.raises(ConfigError, match="bad grid item") as e:
+    assert parse_grid(["context.lengths=[[[5, 5]], [[5, 10], [10, 10]]]"]) == \
+        [("context.lengths", [[[5, 5]], [[5, 10], [10, 10]]])]
+    for bad in ("zo.lr=1", "objective.clamp_norm_factor", "objective..x=1", "objective.x=", "context.lengths=[[5",
+                "context.lengths=[]"):
+        with pytest.raises(ConfigError, match="grid item") as e:
             parse_grid([bad])
         assert e.value.where == "--grid"
     cands = candidates(1, [1, 2], [("objective.clamp_norm_factor", [2, 4])])
