@@ -1,9 +1,11 @@
-"""Time and memory at a real model's shape (random weights): one edit by backprop ROME vs one
-forward-only MobiEdit edit, each in its own child process, with a fixed step count (a random model
-has no success signal), plus the prefix-reuse speed-up at that shape. MobiEdit's child loads a
-pre-quantized checkpoint (``mobiedit quantize``: int8 weights, the edit layer's MLP output float,
-the LM head stored bf16 and computed fp32), as a phone holds its model; ROME's loads the fp32
-checkpoint. Both children fix glibc's mmap threshold (:func:`mobiedit.rss.return_freed_memory`).
+"""Time and memory at a real model's shape (random weights): one edit per row — backprop ROME,
+the memory-lean backprop ``rome-lean``, forward-only MobiEdit — each in its own child process, with
+a fixed step count (a random model has no success signal), plus the prefix-reuse speed-up at that
+shape. MobiEdit's and rome-lean's children load a pre-quantized checkpoint (``mobiedit quantize``:
+int8 weights, the edit layer's MLP output float, the LM head stored bf16 and computed fp32), as a
+phone holds its model; rome-lean backprops through the prefix graph of those same weights (layers
+after the edit layer, positions from the subject on, no weight gradients). ROME's child loads the
+fp32 checkpoint. Every child fixes glibc's mmap threshold (:func:`mobiedit.rss.return_freed_memory`).
 
 Shapes are data (HF config kwargs per name); the tokenizer is one trained on the bundled prompts.
 """
@@ -24,11 +26,18 @@ SHAPES: dict[str, tuple[str, dict]] = {
     "qwen2-0.5b": ("qwen2", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
                                  max_position_embeddings=512)),
+    # Qwen2.5-3B's shape: 3.09B parameters (the MobiEdit paper's model size)
+    "qwen2-3b": ("qwen2", dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+                               max_position_embeddings=512)),
     "qwen2-tiny": ("qwen2", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=4096, tie_word_embeddings=True,
                                  max_position_embeddings=512)),
 }
 
+
+#: the rows a shape run can time: name -> the checkpoint its child loads
+SHAPE_ROWS = {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16"}
 
 BUILD_SEED = 0  # random-init weights of the benchmark model (in the build child only)
 
@@ -63,9 +72,25 @@ def _rss_mb() -> float:
     return peak_rss_mb()
 
 
+def shape_config(row: str, layer: int, steps: int):
+    """The method config of a :data:`SHAPE_ROWS` row: exactly ``steps`` steps, no success stop, no
+    key statistics (random weights); MobiEdit with the shipped estimator."""
+    from .editing.config import ROMEConfig
+    from .forward.quant import QuantConfig
+    from .methods.mobiedit import MobiEditConfig
+    from .recipes import FZOO
+    import dataclasses
+
+    if row in ("rome", "rome-lean"):
+        return ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False, prefix_reuse=row == "rome-lean")
+    zo = dataclasses.replace(FZOO.zo, max_steps=steps, max_evals=10**6, check_every=10**6)
+    return MobiEditConfig(layer=layer, zo=zo, quant=QuantConfig("w8a16"), early_stop=False, mom2_adjustment=False)
+
+
 def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
-    """One edit in this (spawned) process. ``folder`` is the fp32 checkpoint for ROME and the
-    pre-quantized one (`mobiedit quantize`) for MobiEdit — the model a phone would hold."""
+    """One edit of row ``method`` in this (spawned) process. ``folder`` is the checkpoint of
+    :data:`SHAPE_ROWS`: fp32 for ROME, the pre-quantized one (`mobiedit quantize`) — the model a
+    phone would hold — for the others."""
     import dataclasses
     import time
 
@@ -73,27 +98,18 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
 
     torch.set_num_threads(1)
     from .quiet import quiet_libraries
-    from .forward.quant import QuantConfig
-    from .methods.mobiedit import MobiEditConfig
     from .models import load_model
     from .requests import bundled_path, load_requests
-    from .editing.config import ROMEConfig
     from .session import prepare, run_method
     from .rss import return_freed_memory
-    from .zo import ZOConfig
 
     quiet_libraries()
-    malloc_tuned = return_freed_memory()  # both methods' children alike
+    malloc_tuned = return_freed_memory()  # every row's child alike
     req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
     base = _rss_mb()  # the interpreter + torch + transformers, before any weight
     lm = load_model(folder)
     loaded = _rss_mb()
-    if method == "rome":
-        cfg = ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False)
-    else:
-        zo = ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam", lr=0.5, max_steps=steps,
-                      max_evals=10**6, check_every=10**6)
-        cfg = MobiEditConfig(layer=layer, zo=zo, quant=QuantConfig("w8a16"), early_stop=False, mom2_adjustment=False)
+    cfg = shape_config(method, layer, steps)
     ctx = prepare(lm, cfg, seed=0)
     t0 = time.perf_counter()
     res = run_method(lm, req, cfg, ctx)
@@ -158,33 +174,55 @@ def run_prefix_child(folder: Path, layer: int, K: int, reps: int, workdir: Path)
     return json.loads(out.read_text())
 
 
+def shape_ratios(rows: dict) -> dict:
+    """``"A/B"`` -> peak RSS, peak RSS net of the Python runtime and wall time per step of row A
+    over row B, for every pair measured of mobiedit over rome and rome-lean, rome-lean over rome."""
+    out = {}
+    for a, b in (("mobiedit", "rome"), ("mobiedit", "rome-lean"), ("rome-lean", "rome")):
+        if a in rows and b in rows:
+            ra, rb = rows[a], rows[b]
+            out[f"{a}/{b}"] = {"peak_rss": ra["peak_rss_mb"] / rb["peak_rss_mb"],
+                               "peak_rss_net_of_runtime": ra["peak_minus_runtime_mb"] / rb["peak_minus_runtime_mb"],
+                               "wall_per_step": ra["wall_per_step_s"] / rb["wall_per_step_s"]}
+    return out
+
+
 def cmd_bench_shape(args) -> int:
     from .atomic import atomic_write_text
     from .bench_prefix import format_result
 
+    names = [x.strip() for x in args.rows.split(",") if x.strip()]
+    if "rome" not in names or any(n not in SHAPE_ROWS for n in names):
+        raise ConfigError(f"bad rows {args.rows!r}", where="--rows",
+                          fix=f"a comma-separated subset of {list(SHAPE_ROWS)} that includes rome (the ratios' base)")
+    if args.shape not in SHAPES:
+        raise ConfigError(f"unknown shape {args.shape!r}", where="--shape", fix=f"use one of {sorted(SHAPES)}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / args.shape
         _spawn(_build_child, (args.shape, str(folder)), "build")  # the parent never holds a model
         qfolder = Path(tmp) / f"{args.shape}-w8a16"
         _spawn(_quantize_child, (str(folder), args.layer, str(qfolder)), "quantize")
         sizes = {k: sum(f.stat().st_size for f in p.glob("*.safetensors")) / 2**20 for k, p in (("fp32", folder), ("w8a16", qfolder))}
-        rows = {"rome": run_child("rome", folder, args.layer, args.steps, Path(tmp)),
-                "mobiedit": run_child("mobiedit", qfolder, args.layer, args.steps, Path(tmp))}
+        ckpt = {"fp32": folder, "w8a16": qfolder}
+        rows = {}
+        for row in names:
+            log.warning("bench-shape row %s (%d steps)...", row, args.steps)
+            rows[row] = run_child(row, ckpt[SHAPE_ROWS[row]], args.layer, args.steps, Path(tmp))
         prefix = run_prefix_child(folder, args.layer, args.prefix_k, args.prefix_reps, Path(tmp)) if args.prefix_k else []
     res = {"shape": args.shape, "config": SHAPES[args.shape][1], "layer": args.layer, "steps": args.steps, "rows": rows,
-           "checkpoint_mb": sizes,
-           "rss_ratio_mobiedit_over_rome": rows["mobiedit"]["peak_rss_mb"] / rows["rome"]["peak_rss_mb"],
-           "rss_ratio_net_of_runtime": rows["mobiedit"]["peak_minus_runtime_mb"] / rows["rome"]["peak_minus_runtime_mb"],
-           "wall_ratio_mobiedit_over_rome_per_step": rows["mobiedit"]["wall_per_step_s"] / rows["rome"]["wall_per_step_s"],
-           "prefix": prefix}
+           "checkpoint_mb": sizes, "ratios": shape_ratios(rows), "prefix": prefix}
+    if "mobiedit" in rows:  # the keys of earlier runs' JSON
+        res |= {k: res["ratios"]["mobiedit/rome"][v] for k, v in (
+            ("rss_ratio_mobiedit_over_rome", "peak_rss"), ("rss_ratio_net_of_runtime", "peak_rss_net_of_runtime"),
+            ("wall_ratio_mobiedit_over_rome_per_step", "wall_per_step"))}
     for m, r in rows.items():
         print(f"{m:<9} peak RSS {r['peak_rss_mb']:8.0f} MB (runtime {r['runtime_rss_mb']:.0f} MB before weights, "
               f"{r['after_load_rss_mb']:.0f} MB after load)  {r['wall_per_step_s']:.3f} s/step  "
               f"loss evals {r['loss_evals']}  backward {r['backward_calls']}")
     print(f"checkpoints: fp32 {sizes['fp32']:.0f} MB, w8a16 {sizes['w8a16']:.0f} MB")
-    print(f"RSS ratio mobiedit/rome = {res['rss_ratio_mobiedit_over_rome']:.3f} "
-          f"(net of the Python runtime: {res['rss_ratio_net_of_runtime']:.3f}); "
-          f"per-step wall ratio = {res['wall_ratio_mobiedit_over_rome_per_step']:.3f}")
+    for pair, r in res["ratios"].items():
+        print(f"{pair}: peak RSS ratio {r['peak_rss']:.3f} (net of the Python runtime {r['peak_rss_net_of_runtime']:.3f}), "
+              f"per-step wall ratio {r['wall_per_step']:.3f}")
     for r in prefix:
         print(format_result(r))
     if prefix:
@@ -203,5 +241,7 @@ def register(sub) -> None:
     sp.add_argument("--prefix-k", type=int, default=4,
                     help="deltas per timed prefix/full graph call (0 skips the prefix measurement)")
     sp.add_argument("--prefix-reps", type=int, default=2, help="timed calls per graph (median)")
+    sp.add_argument("--rows", default="rome,rome-lean,mobiedit",
+                    help=f"comma-separated rows from {list(SHAPE_ROWS)} (rome is the ratios' base)")
     sp.add_argument("--out", help="JSON output file")
     sp.set_defaults(fn=cmd_bench_shape)

@@ -1,0 +1,45 @@
+"""bench-shape's rows and shapes (issue 17): rome, rome-lean on the int8-stored weights, MobiEdit;
+the ratios between them; the 3B shape is Qwen2.5-3B's size. The timed run itself is a benchmark."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mobiedit.bench_shape import SHAPE_ROWS, SHAPES, shape_config, shape_ratios
+from mobiedit.errors import ConfigError
+from mobiedit.recipes import FZOO
+
+
+def test_rows_share_one_step_count_and_lean_backprop_is_rome_on_the_prefix_graph():
+    rome, lean, mob = (shape_config(r, 5, 3) for r in ("rome", "rome-lean", "mobiedit"))
+    assert (rome.steps, lean.steps, mob.zo.max_steps) == (3, 3, 3) and not mob.early_stop
+    assert lean.prefix_reuse and not rome.prefix_reuse and rome.early_loss == lean.early_loss == 0.0
+    assert mob.zo.estimator == FZOO.zo.estimator and mob.zo.n_dirs == FZOO.zo.n_dirs and mob.zo.lr == FZOO.zo.lr
+    assert SHAPE_ROWS == {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16"}  # lean: MobiEdit's weights
+
+
+def test_ratios_pair_every_measured_row():
+    row = lambda rss, net, wall: {"peak_rss_mb": rss, "peak_minus_runtime_mb": net, "wall_per_step_s": wall}
+    r = shape_ratios({"rome": row(400, 200, 2.0), "rome-lean": row(200, 100, 1.0), "mobiedit": row(100, 50, 0.5)})
+    assert r["mobiedit/rome"] == {"peak_rss": 0.25, "peak_rss_net_of_runtime": 0.25, "wall_per_step": 0.25}
+    assert r["mobiedit/rome-lean"]["wall_per_step"] == 0.5 and r["rome-lean/rome"]["peak_rss"] == 0.5
+    assert list(shape_ratios({"rome": row(1, 1, 1), "mobiedit": row(1, 1, 1)})) == ["mobiedit/rome"]
+
+
+def test_shapes_have_their_models_sizes():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    for name, billions in (("qwen2-0.5b", 0.494), ("qwen2-3b", 3.09)):
+        family, kw = SHAPES[name]
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(AutoConfig.for_model(family, **kw))
+        n = sum(p.numel() for p in m.parameters()) / 1e9  # tied embeddings counted once
+        assert n == pytest.approx(billions, rel=0.01), name
+
+
+def test_bad_rows_are_named(capsys):
+    from mobiedit.cli import main
+
+    assert main(["bench-shape", "--shape", "qwen2-tiny", "--rows", "mobiedit"]) == 2  # no rome: no base
+    assert "--rows" in capsys.readouterr().err
+    assert main(["bench-shape", "--shape", "nope"]) == 2
