@@ -2,6 +2,7 @@
 and the prefix FLOP model (figures themselves live in docs/results.md, not in asserts)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,6 +23,8 @@ def test_every_row_is_a_valid_config():
     assert row_config("fzoo-float", 1, 0).quant.scheme == "none"
     assert row_config("paper", 1, 0).zo.loss_tol == pytest.approx(1e-5)
     assert row_config("paper-check", 1, 0).early_stop is True
+    fast, ship = row_config("fzoo-lr2", 1, 0), row_config("fzoo", 1, 0)
+    assert fast.zo.lr == 2.0 and dataclasses.replace(fast.zo, lr=ship.zo.lr) == ship.zo  # only the lr differs
 
 
 def test_row_spec_parsing_and_errors():
