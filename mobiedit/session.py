@@ -21,13 +21,13 @@ from tqdm import tqdm
 from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
-from .forward.quant import quantized_copy
 from .forward.stream import layers_paged_out
 from .journal import Journal
 from .methods import METHODS, method_name
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
 from .methods.verify import check_written
 from .methods.mobiedit import MobiEditConfig, forward_model
+from .methods.rome import search_model
 from .models import LoadedModel
 from .editing.update import null_space_projector, write_factors
 from .errors import ConfigError
@@ -158,9 +158,7 @@ def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | N
     config's quantized copy when its ``quant`` asks for one (None: ROME on the float model)."""
     if isinstance(cfg, MobiEditConfig):
         return forward_model(lm, cfg)
-    if cfg.quant.scheme == "none" and cfg.quant.head_dtype == "float32":
-        return None
-    return quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+    return search_model(lm, cfg)
 
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,

@@ -90,3 +90,24 @@ def test_rome_with_written_gain_runs_on_both_graphs(setup, lean):
     out = run_method(lm, REQ, dataclasses.replace(cfg, prefix_reuse=lean), ctx)
     assert out.u.shape[0] == lm.model.config.hidden_size and torch.isfinite(out.w).all()
     assert isinstance(out.loop_holds, bool) and out.write["write_error_plain"] < 1e-4
+
+
+def test_key_source_names_where_the_keys_are_read(setup):
+    """``served`` reads the keys from the float weights that serve the edit (exact there: the plain
+    prompt's write error ~0); ``search`` from the quantized forward copy the search ran on (the
+    float model then sees the write through other keys)."""
+    from mobiedit.errors import ConfigError
+    from mobiedit.forward.quant import QuantConfig, quantized_copy
+    from mobiedit.methods.rome import key_model
+
+    lm, cfg, ctx, inputs, _, _ = setup
+    q = quantized_copy(lm.model, lm.family, 0, QuantConfig("w8a8"))
+    assert key_model(lm, q, UpdateConfig()) is lm and key_model(lm, None, UpdateConfig(key_source="search")) is lm
+    assert key_model(lm, q, UpdateConfig(key_source="search")).model is q
+    served, searched = (dataclasses.replace(cfg, quant=QuantConfig("w8a8"), update=UpdateConfig(key_source=s))
+                        for s in ("served", "search"))
+    out_s, out_q = (run_method(lm, REQ, c, ctx) for c in (served, searched))
+    assert out_s.write["write_error_plain"] < 1e-4
+    assert out_q.write["write_error_plain"] > 10 * out_s.write["write_error_plain"]
+    with pytest.raises(ConfigError, match="key source"):
+        UpdateConfig(key_source="float")

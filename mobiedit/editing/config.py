@@ -45,6 +45,7 @@ class ObjectiveConfig:
 
 
 UPDATE_RULES = ("rome", "nullspace")
+KEY_SOURCES = ("served", "search")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,12 @@ class UpdateConfig:
     normalisation; AlphaEdit's own solve leaves the target short by ``α``). At another row's key
     ``k_i`` the written update adds ``δ·(wᵀk_i)``, not ``δ``: ``written_gain`` makes the value
     search see exactly that (:func:`mobiedit.methods.rome.search_keys`).
+
+    ``key_source`` — where the keys ``k̄``, ``k`` and the current output ``W k`` are read (issue 18):
+    ``served`` (default), from the model that serves the edit — the float weights on the eager
+    path, as the bundle path reads them from its own (quantized) prefix program; ``search``, from
+    the forward model the value search ran on (the quantized copy), the alternative measured in
+    docs/results.md.
     """
 
     rule: str = "rome"
@@ -70,6 +77,7 @@ class UpdateConfig:
     written_gain: bool = False  # the search adds δ·(wᵀk_i) at row i — what the written update will
                                 # deliver at that row's key — instead of δ at every row (issue 18:
                                 # search at the keys that are written; w does not depend on δ)
+    key_source: str = "served"
 
     def __post_init__(self) -> None:
         if self.rule not in UPDATE_RULES:
@@ -79,6 +87,9 @@ class UpdateConfig:
                               where="update.nullspace_threshold", fix="e.g. 1e-2 (relative to C's largest eigenvalue)")
         if not self.alpha > 0:
             raise ConfigError(f"alpha={self.alpha} must be > 0", where="update.alpha", fix="e.g. 1.0")
+        if self.key_source not in KEY_SOURCES:
+            raise ConfigError(f"unknown key source {self.key_source!r}", where="update.key_source",
+                              fix=f"use one of {KEY_SOURCES}")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..editing.context import EditInputs, build_edit_inputs
 from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll
 from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
-from .rome import factors_from_delta, search_keys
+from .rome import factors_from_delta, key_model, search_keys
 
 
 @dataclass(frozen=True)
@@ -108,12 +108,13 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
 def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
             fwd_model: torch.nn.Module, t0: float, on_step: StepFn | None = None) -> EditOutcome:
     """The prefix state, the driver's value search on its graph, and the factors of the found delta
-    (measured on the float model ``lm``)."""
+    (keys measured on the float model ``lm``, or per ``cfg.update.key_source`` on ``fwd_model``)."""
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
-    keys, gains = search_keys(lm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
+    klm = key_model(lm, fwd_model, cfg.update)
+    keys, gains = search_keys(klm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     graph, state, _ = build_graph(fwd_model, lm, inputs, cfg, gains)
     found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step)
-    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
+    u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=found.succeeded, status=found.status, loss_evals=found.evals,
                        sequences=found.sequences, forward_calls=found.calls + 2, backward_calls=0,

@@ -1,6 +1,7 @@
 """Backprop ROME: Adam value search, then the mom2-adjusted rank-one update."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -88,18 +89,40 @@ def search_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int
     return keys, gains_at(k_rows, keys)
 
 
+def search_model(lm: LoadedModel, cfg: ROMEConfig) -> torch.nn.Module | None:
+    """The quantized copy of ``lm.model`` the backprop search runs on per ``cfg.quant``, or None
+    (the float model itself)."""
+    if cfg.quant.scheme == "none" and cfg.quant.head_dtype == "float32":
+        return None
+    from ..forward.quant import quantized_copy
+
+    return quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+
+
+def key_model(lm: LoadedModel, fwd_model: torch.nn.Module | None, update: UpdateConfig) -> LoadedModel:
+    """The model the keys and the current output are read from (``update.key_source``): ``lm``,
+    whose float weights serve the edit, or with ``"search"`` the forward model the search ran on."""
+    if update.key_source == "search" and fwd_model is not None and fwd_model is not lm.model:
+        return dataclasses.replace(lm, model=fwd_model)
+    return lm
+
+
 def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelContext,
               on_step: StepFn | None = None, fwd_model: torch.nn.Module | None = None) -> EditOutcome:
     """One ROME edit by backprop. The model is not modified (apply the returned factors).
     ``on_step(step, loss)`` reports each Adam step. ``fwd_model``: the model the value search runs
-    on (a :func:`~mobiedit.forward.quant.quantized_copy` per ``cfg.quant``; default ``lm.model``);
-    the key and the factors are measured on ``lm.model``."""
+    on: a :func:`~mobiedit.forward.quant.quantized_copy` per ``cfg.quant`` (default: built for this
+    edit, as :func:`~mobiedit.session.forward_model_for` builds it once for many; ``lm.model`` for
+    the float search); the key and the factors are measured on ``lm.model`` (:func:`key_model`)."""
     t0 = time.perf_counter()
+    if fwd_model is None:
+        fwd_model = search_model(lm, cfg)
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
-    keys, gains = search_keys(lm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
+    klm = key_model(lm, fwd_model, cfg.update)
+    keys, gains = search_keys(klm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     with torch.enable_grad():
         vr = compute_v(fwd_model if fwd_model is not None else lm.model, lm.family, inputs, cfg, on_step, gains)
-    u, w, key = factors_from_delta(lm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge, cfg.update, keys)
+    u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge, cfg.update, keys)
     rows = inputs.batch.input_ids.shape[0]
     succeeded = vr.holds
     return EditOutcome(method="rome", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
