@@ -275,16 +275,27 @@ def cmd_bench(args) -> int:
         from .corpora import LEE_FILE, data_file
 
         data_file(LEE_FILE)
-    results = []
-    for lay in layers:
-        for spec in rows:
-            log.warning("bench row %s at layer %d (%d requests)...", spec.label, lay, spec.n)
-            res = run_row(spec, model_dir, req_file, lay, args.seed, out, ability=not args.no_ability,
-                          progress=not args.quiet, offset=args.offset)
-            if len(layers) > 1:
-                res["row"] = f"{res['row']}@L{lay}"
-            results.append(res)
-            print(format_rows(results[-1:]).splitlines()[-1], flush=True)
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}", where="--jobs", fix="e.g. --jobs 2 (one per core)")
+
+    def one(task: tuple[int, RowSpec]) -> dict:
+        lay, spec = task
+        log.warning("bench row %s at layer %d (%d requests)...", spec.label, lay, spec.n)
+        res = run_row(spec, model_dir, req_file, lay, args.seed, out, ability=not args.no_ability,
+                      progress=not args.quiet and args.jobs == 1, offset=args.offset)  # one bar at a time
+        if len(layers) > 1:
+            res["row"] = f"{res['row']}@L{lay}"
+        print(format_rows([res]).splitlines()[-1], flush=True)
+        return res
+
+    tasks = [(lay, spec) for lay in layers for spec in rows]
+    if args.jobs == 1:
+        results = [one(t) for t in tasks]
+    else:  # each row is its own child process: a thread only waits for it
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(one, tasks))
     atomic_write_text(out / "bench.json", json.dumps({"model": str(model_dir), "layer": layer, "n": args.n,
                                                       "offset": args.offset, "case_ids": case_ids,
                                                       "settings": args.set or [], "paper_sweep": sweep,
@@ -312,6 +323,8 @@ def register(sub) -> None:
     sp.add_argument("--tuned-from", type=Path, metavar="SWEEP",
                     help="the paper-tuned rows' lr: the best row of this finished sweep (bench --rows paper-lr0.05,... "
                          "--offset M), whose requests must not overlap this run's")
+    sp.add_argument("--jobs", type=int, default=1,
+                    help="rows run at once, each a one-thread child (default 1; rows' s/edit then share the box)")
     sp.add_argument("--out", default="runs/bench")
     sp.add_argument("--no-ability", action="store_true",
                     help="skip fluency and held-out perplexity before/after each edit (faster)")

@@ -78,7 +78,7 @@ def test_paper_tuned_takes_the_sweeps_best_lr_from_other_requests(tmp_path):
 def test_bench_writes_json_and_png_with_per_row_counts(tiny_llama_dir, tmp_path, capsys):
     out = tmp_path / "b"
     rc = main(["bench", "--model", str(tiny_llama_dir), "--layer", "0", "--rows", "rome:1,fzoo:2", "--n", "5",
-               "--out", str(out)])
+               "--jobs", "2", "--out", str(out)])  # both rows at once: the table keeps the rows' order
     assert rc == 0
     res = json.loads((out / "bench.json").read_text())
     assert [(r["row"], r["n"]) for r in res["rows"]] == [("rome", 1), ("fzoo", 2)]
