@@ -37,6 +37,8 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     # the search sees what the write delivers at each row's key (UpdateConfig.written_gain, issue 18)
     "rome-written": ("rome", {"update": {"written_gain": True}}),
     "fzoo-written": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"written_gain": True}}),
+    # the keys read from the quantized forward copy the search ran on, not the served float model
+    "fzoo-searchkeys": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"key_source": "search"}}),
     "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),
     "paper-check": ("mobiedit", {"zo": {**_PAPER, "loss_tol": 0.0}, "quant": _W8A16}),
     "fzoo-w8a8": ("mobiedit", {"zo": _FZOO, "quant": {"scheme": "w8a8"}}),
