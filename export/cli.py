@@ -81,7 +81,7 @@ def config_from_args(args: argparse.Namespace, model_dir=None):
     the model profile's objective and context settings (:func:`mobiedit.profile.profile_settings`)
     as the edit section's."""
     from mobiedit.config_io import merge
-    from mobiedit.profile import profile_path, profile_settings
+    from mobiedit.profile import with_profile
 
     from .config import default_export_config
 
@@ -101,11 +101,7 @@ def config_from_args(args: argparse.Namespace, model_dir=None):
     put("edit", "layer", args.layer)
     put("edit", "seed", args.seed)
     put("edit", "mom2", False if args.no_mom2 else None)
-    base = default_export_config(args.runtime)
-    prof = profile_settings(model_dir)
-    if prof:
-        base = merge(base, {"edit": prof}, profile_path(model_dir))
-    return merge(base, over)
+    return merge(with_profile(default_export_config(args.runtime), model_dir, "edit"), over)
 
 
 def cmd_export(args) -> int:

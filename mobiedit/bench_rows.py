@@ -165,11 +165,9 @@ def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ..
         raise ConfigError(f"unknown bench row {name!r}", where="--rows", fix=f"use some of {sorted(ROWS)}")
     method, over = ROWS[name]
     cls = ROMEConfig if method == "rome" else MobiEditConfig
-    from .profile import profile_path, profile_settings
+    from .profile import with_profile
 
-    prof = profile_settings(model_dir)
-    base = merge(cls(), prof, profile_path(model_dir)) if prof else cls()
-    cfg = merge(merge(base, over, f"row {name}"), _nest(sets), f"row {name}")
+    cfg = merge(merge(with_profile(cls(), model_dir), over, f"row {name}"), _nest(sets), f"row {name}")
     if method == "mobiedit":
         cfg = dataclasses.replace(cfg, zo=dataclasses.replace(cfg.zo, seed=seed))
     return dataclasses.replace(cfg, layer=layer)

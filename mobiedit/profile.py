@@ -153,9 +153,16 @@ def profile_settings(model_dir: str | os.PathLike | None) -> dict:
     return {name: getattr(prof, name) for name in PROFILE_SECTIONS if getattr(prof, name)}
 
 
-def profile_path(model_dir: str | os.PathLike) -> str:
-    """``DIR/mobiedit.json``: the ``where`` of an error in the profile's settings."""
-    return str(Path(model_dir) / PROFILE_FILE)
+def with_profile(cfg, model_dir: str | os.PathLike | None, section: str | None = None):
+    """``cfg`` (a dataclass config) with :func:`profile_settings` of ``model_dir`` merged over it
+    (under ``cfg.<section>`` when given, e.g. an export config's ``edit``); an error names
+    ``DIR/mobiedit.json``. Unchanged without a profile or settings."""
+    from .config_io import merge
+
+    prof = profile_settings(model_dir)
+    if not prof:
+        return cfg
+    return merge(cfg, {section: prof} if section else prof, str(Path(model_dir) / PROFILE_FILE))
 
 
 def check_not_tuned_on(model_dir: str | os.PathLike, requests_sha256: str, case_ids: list[str]) -> None:

@@ -54,13 +54,10 @@ def load_method_config(method: str, config_path: str | os.PathLike | None = None
     """
     from .config_io import merge, read_yaml
     from .methods import method_entry
-    from .profile import profile_path, profile_settings
+    from .profile import with_profile
 
     cls, _ = method_entry(method)
-    cfg = cls()
-    prof = profile_settings(model_dir)
-    if prof:
-        cfg = merge(cfg, prof, profile_path(model_dir))
+    cfg = with_profile(cls(), model_dir)
     if config_path:
         cfg = merge(cfg, read_yaml(config_path), str(config_path))
     return merge(cfg, dict(overrides)) if overrides else cfg

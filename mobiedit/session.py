@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Union
@@ -21,12 +21,12 @@ from tqdm import tqdm
 from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
-from .forward.stream import layers_paged_out
 from .journal import Journal
 from .methods import METHODS, method_name
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
 from .methods.verify import check_written
 from .methods.mobiedit import MobiEditConfig, forward_model
+from .methods.mobiedit import lower_layers_paged as paged_lower
 from .methods.rome import search_model
 from .models import LoadedModel
 from .editing.update import null_space_projector, write_factors
@@ -111,11 +111,9 @@ def _cut_long(tok, lines: list[str]) -> list[str]:
 
 
 def lower_layers_paged(lm: LoadedModel, cfg: MethodConfig):
-    """:func:`~mobiedit.forward.stream.layers_paged_out` for a config that pages out the layers
-    ≤ l (MobiEdit with prefix reuse and ``page_out_lower``); else a null context."""
-    if getattr(cfg, "page_out_lower", False) and getattr(cfg, "prefix_reuse", False):
-        return layers_paged_out(lm.model, lm.family, cfg.layer)
-    return nullcontext()
+    """:func:`~mobiedit.methods.mobiedit.lower_layers_paged` of ``lm.model`` (the float model the
+    key statistics and the write check run on)."""
+    return paged_lower(lm.model, lm.family, cfg)
 
 
 def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = False) -> ModelContext:

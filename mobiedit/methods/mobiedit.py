@@ -81,6 +81,15 @@ def build_graph(fwd_model, lm: LoadedModel, inputs: EditInputs, cfg: MobiEditCon
     return FullGraph(fwd_model, lm.family, cfg.layer, inputs, state, cfg.objective), state, inputs
 
 
+def lower_layers_paged(model: torch.nn.Module, family, cfg):
+    """:func:`~mobiedit.forward.stream.layers_paged_out` of ``model`` for a config that pages out the
+    layers ≤ l (``page_out_lower`` with prefix reuse: a full-graph loop runs every layer each step,
+    nothing to page out); a null context for any other config (ROME's has no ``page_out_lower``)."""
+    if getattr(cfg, "page_out_lower", False) and cfg.prefix_reuse:
+        return layers_paged_out(model, family, cfg.layer)
+    return nullcontext()
+
+
 def forward_model(lm: LoadedModel, cfg: MobiEditConfig) -> torch.nn.Module:
     """The model the loop's forwards run on: a pre-quantized checkpoint (``mobiedit quantize``)
     itself, else a quantized copy of ``lm.model`` per ``cfg.quant`` (``lm.model`` for ``none``).
@@ -99,9 +108,7 @@ def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: M
     t0 = time.perf_counter()
     if fwd_model is None:
         fwd_model = forward_model(lm, cfg)
-    paging = layers_paged_out(fwd_model, lm.family, cfg.layer) if cfg.page_out_lower and cfg.prefix_reuse \
-        else nullcontext()  # a full-graph loop runs every layer each step: nothing to page out
-    with paging:
+    with lower_layers_paged(fwd_model, lm.family, cfg):
         return _search(lm, req, cfg, ctx, fwd_model, t0, on_step)
 
 
