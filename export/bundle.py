@@ -65,8 +65,45 @@ def _created_by() -> str:
         return "mobiedit"
 
 
+class Stages:
+    """The export's stages as a progress bar (``progress``) and their seconds (``seconds``, kept in
+    ``manifest.checks.stage_seconds``): a SmolLM2-size export runs for tens of minutes, mostly in
+    the lowering, and a user should see which stage it is in."""
+
+    NAMES = ("prepare", "quantize", "capture", "lower", "check", "save")
+
+    def __init__(self, progress: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=len(self.NAMES), desc="export", unit="stage", disable=not progress,
+                        bar_format="{desc}: {n}/{total} stages [{elapsed}]")
+        self.seconds: dict[str, float] = {}
+        self.name: str | None = None
+        self.t0 = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        """Close the running stage and start ``name`` (one of :attr:`NAMES`)."""
+        self._close()
+        self.name, self.t0 = name, time.perf_counter()
+        self.bar.set_description_str(f"export: {name}")
+        self.bar.refresh()
+
+    def _close(self) -> None:
+        if self.name is not None:
+            self.seconds[self.name] = round(time.perf_counter() - self.t0, 1)
+            log.info("export stage %s: %.1f s", self.name, self.seconds[self.name])
+            self.bar.update(1)
+        self.name = None
+
+    def done(self) -> dict[str, float]:
+        self._close()
+        self.bar.close()
+        return self.seconds
+
+
 def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | None = None,
-                  fit_requests: list | None = None, *, overwrite: bool = False, inputs: tuple = ()) -> Path:
+                  fit_requests: list | None = None, *, overwrite: bool = False, inputs: tuple = (),
+                  progress: bool = False) -> Path:
     """Export ``model_dir`` (a local HF folder) to the bundle folder ``out`` (replaced atomically).
 
     Stages: prepare → quantize → capture + lint → lower → check (quantized edit programs:
@@ -74,7 +111,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     ``fit_requests``: edit requests the edit programs must take; ``cfg.edit_shapes`` grows to the
     largest of them (with the bundle's own context templates). ``out`` passes
     :func:`mobiedit.outputs.check_output_dir` first (``overwrite``; ``inputs``: further paths the
-    caller read, e.g. the request file). Returns ``out``.
+    caller read, e.g. the request file). ``progress``: a bar of the stages on stderr. Returns ``out``.
     """
     from .calibration import calibration_feeds, edit_correlation, sample_edits
     from .chat import save_chat_template
@@ -84,10 +121,13 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     cfg = cfg or ExportConfig()
     check_output_dir(out, "bundle", (model_dir, *inputs), overwrite, need_bytes=weights_bytes(model_dir) // 8)
     t0 = time.perf_counter()
+    stage = Stages(progress)
+    stage("prepare")
     prep = prepare(model_dir, cfg)
     if fit_requests:
         cfg = fit_edit_shapes(prep, cfg, fit_requests)
     recipe = shipped_recipe(cfg.edit_shapes.K)  # the edit recipe hosts use (export/recipe.py); checked up front
+    stage("quantize")
     modules = build_modules(prep, program_models(prep, cfg), cfg)
     edit_q = cfg.quant.resolved_edit_scheme != "fp32"
     need_float = edit_q or cfg.quant.scheme == "qdq_a16w8"
@@ -98,11 +138,14 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
                          cfg.quant.calibration_batches) if need_float else []
     calib = calibration_feeds(float_modules, edits, tok, cfg.inference, cfg.edit_shapes) \
         if "qdq_a16w8" in (cfg.quant.scheme, cfg.quant.resolved_edit_scheme) else None
+    stage("capture")
     eps = capture(modules, prep, cfg)
     t_capture = time.perf_counter() - t0
     out = Path(out)
     with atomic_dir(out) as tmp:
+        stage("lower")
         programs = lower_programs(eps, modules, tmp, prep, cfg, calib)
+        stage("check")
         checks: dict = {"export_seconds": None}
         if edit_q and cfg.quant.check_draws:
             from .packing import edit_feed
@@ -121,6 +164,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
                                                           prep.dims.hidden_size, scale, draws=cfg.quant.check_draws)
             log.info("edit program (%s) loss correlation with float: %s", cfg.quant.resolved_edit_scheme,
                      checks["edit_correlation"])
+        stage("save")
         probes = prep.templates + [r.rewrite_prompt for r, _ in edits[:4]] + ["Hello world. The capital of France is"]
         special = save_tokenizer(tok, tmp / TOKENIZER, probes)
         chat = save_chat_template(tok, tmp, model_dir)
@@ -132,6 +176,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
         Journal.open(tmp / JOURNAL)
         checks["export_seconds"] = round(time.perf_counter() - t0, 1)
         checks["capture_seconds"] = round(t_capture, 1)
+        checks["stage_seconds"] = stage.done()
         manifest = _manifest(prep, cfg, programs, special, checks)
         manifest["recipe"] = recipe.as_manifest()
         manifest["chat"] = chat

@@ -124,14 +124,18 @@ def cmd_export(args) -> int:
 
         fit = load_requests(args.fit_requests)[: args.fit_n or None]
     out = export_bundle(model_dir, args.out, cfg, fit_requests=fit, overwrite=args.overwrite,
-                        inputs=(args.fit_requests,))
+                        inputs=(args.fit_requests,), progress=not getattr(args, "quiet", False))
     m = load_bundle(out).manifest
     size = sum(f["bytes"] for f in m["files"].values())
     print(f"wrote {out} ({m['runtime']}, {m['quantization']} / edit {m['edit_quantization']}, {size / 1e6:.1f} MB)")
     if "edit_correlation" in m["checks"]:
         print("edit program loss correlation with fp32:", json.dumps(m["checks"]["edit_correlation"]))
     chat = m.get("chat")
-    print(f"export {m['checks']['export_seconds']} s; chat template: "
+    from .bundle import Stages
+
+    secs = m["checks"].get("stage_seconds", {})
+    stages = ", ".join(f"{k} {secs[k]} s" for k in Stages.NAMES if k in secs)
+    print(f"export {m['checks']['export_seconds']} s ({stages}); chat template: "
           + (f"{chat['template_file']} (run default: {'chat' if chat['default'] else 'plain'})" if chat else "none"))
     return 0
 

@@ -100,7 +100,7 @@ def to_onnx(program: torch.export.ExportedProgram, path: Path, inputs: list[str]
     t0 = time.perf_counter()
     try:
         onnx_program = torch.onnx.export(program, (), None, input_names=inputs, opset_version=opset, dynamo=True,
-                                         optimize=True, verify=False)
+                                         optimize=True, verify=False, verbose=False)  # no "[torch.onnx] ..." lines
         model = onnx_program.model_proto
         have = [i.name for i in model.graph.input]
         if have != list(inputs):

@@ -140,14 +140,15 @@ def cmd_demo(args) -> int:
     if args.no_phone:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp), args.runtime, args.tokens, args.quant)
+        phone_path(lm, model_dir, layer, prompts, kinds, Path(tmp), args.runtime, args.tokens, args.quant,
+                   progress=not getattr(args, "quiet", False))
     return 0
 
 
 def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[str], tmp: Path,
-               runtime: str = "executorch", tokens: int = 4, quant: str | None = None) -> None:
+               runtime: str = "executorch", tokens: int = 4, quant: str | None = None, progress: bool = False) -> None:
     """Save ``lm`` (edited), export it to a bundle of ``runtime`` (`mobiedit export`'s default
-    scheme) and answer from the bundle alone."""
+    scheme; ``progress``: its stage bar) and answer from the bundle alone."""
     import time
 
     from .export import export_bundle, load_bundle, run_bundle
@@ -167,7 +168,7 @@ def phone_path(lm, model_dir: Path, layer: int, prompts: list[str], kinds: list[
     print(f"\nexporting the edited model to a {runtime} bundle ...", flush=True)
     over = {"edit": {"layer": layer}} | ({"quant": {"scheme": quant}} if quant else {})
     cfg = merge(default_export_config(runtime), over)  # `mobiedit export`'s default (and --quant)
-    bundle = export_bundle(edited, tmp / "bundle", cfg)
+    bundle = export_bundle(edited, tmp / "bundle", cfg, progress=progress)
     m = load_bundle(bundle).manifest
     size = sum(f["bytes"] for f in m["files"].values())
     print(f"\n== Phone bundle of the MobiEdit-edited model: {m['runtime']} {m['quantization']}, "

@@ -7,7 +7,21 @@ import logging
 import os
 import warnings
 
-CHATTY_LOGGERS = ("torchao", "torch._dynamo", "torch.utils._pytree", "transformers")
+#: "torch.onnx" itself is re-levelled by torch's logging set-up at import; its registration child
+#: (the "torchvision is not installed. Skipping torchvision::nms" lines of every ONNX export) is not
+CHATTY_LOGGERS = ("torchao", "torch._dynamo", "torch.utils._pytree", "torch.onnx",
+                  "torch.onnx._internal.exporter._registration", "transformers")
+
+
+class _QuietQuantizer(logging.Filter):
+    """Drops the advice ONNX Runtime's quantizer logs on the root logger below ERROR ("Please
+    consider to run pre-processing before quantization", "Automatically update the model to opset
+    21"): they are addressed to whoever writes the quantization call, which is this package."""
+
+    MARK = os.path.join("onnxruntime", "quantization")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or self.MARK not in (record.pathname or "")
 
 
 def quiet_libraries() -> None:
@@ -18,6 +32,9 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore")
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    root = logging.getLogger()
+    if not any(isinstance(f, _QuietQuantizer) for f in root.filters):
+        root.addFilter(_QuietQuantizer())
     try:
         from transformers.utils import logging as hf_logging
 

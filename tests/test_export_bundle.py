@@ -118,6 +118,11 @@ def test_manifest_lists_every_file(tiny_model_dir, bundles):
         assert (path / "journal" / "journal.jsonl").is_file() and "journal" not in m["files"]
         assert len(m["edit"]["templates"]) == 3
         assert m["chat"] is None  # the tiny tokenizer has no chat template (tests/test_export_chat.py)
+        # where the export's time went, stage by stage (the bar `mobiedit export` shows)
+        st = m["checks"]["stage_seconds"]
+        assert set(st) == {"prepare", "quantize", "capture", "lower", "check", "save"}  # (sorted keys)
+        assert all(v >= 0 for v in st.values()) and st["lower"] > 0
+        assert sum(st.values()) <= m["checks"]["export_seconds"] + 0.1 * len(st)
         ks = b.keystats()
         assert ks["c_inv"].shape == (128, 128) and torch.equal(ks["c_inv"], ks["c_inv"].T)
         assert ks["base_weight"].shape == (64, 128)
