@@ -5,6 +5,7 @@ Unknown keys are errors naming their dotted path (a typo must not be silently ig
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,20 @@ def to_dict(cfg: Any) -> Any:
 
 def _tuplify(value: Any) -> Any:
     return tuple(_tuplify(v) for v in value) if isinstance(value, list) else value
+
+
+_SCALARS = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}
+
+
+def _check_scalar(hint: Any, value: Any, where: str) -> None:
+    """A field declared ``float`` / ``int`` / ``bool`` / ``str`` gets a value of that type (an int
+    is a float too; a bool is not a number): ConfigError naming the field otherwise."""
+    ok = _SCALARS.get(hint)
+    if ok is None:
+        return
+    if not isinstance(value, ok) or (hint is not bool and isinstance(value, bool)):
+        raise ConfigError(f"expected {hint.__name__}, got {type(value).__name__} {value!r}", where=where,
+                          fix=f"write a {hint.__name__} value" + (", e.g. 0.01 or 1e-2" if hint is float else ""))
 
 
 def merge(base: Any, data: Any, path: str = "") -> Any:
@@ -52,6 +67,7 @@ def merge(base: Any, data: Any, path: str = "") -> Any:
         if dataclasses.is_dataclass(hints[key]) and dataclasses.is_dataclass(current):
             changes[key] = merge(current, value, sub)
         else:
+            _check_scalar(hints[key], value, sub)
             changes[key] = _tuplify(value)
     try:
         return dataclasses.replace(base, **changes)
@@ -64,10 +80,21 @@ def from_dict(cls: type, data: Any, path: str = "") -> Any:
     return merge(cls(), data, path)
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but ``1e-4`` and ``2E+3`` are floats as in YAML 1.2 and JSON (YAML 1.1,
+    which PyYAML follows, wants a dot: ``1.0e-4``; ``nullspace_threshold: 1e-4`` would be a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def read_yaml(path: str | Path) -> Any:
     """The mapping of a YAML config file (a partial config; :func:`merge` checks it)."""
     try:
-        return yaml.safe_load(Path(path).read_text()) or {}
+        return yaml.load(Path(path).read_text(), Loader=_Loader) or {}
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read YAML ({str(e).splitlines()[0]})", where=str(path),
                           fix="pass a readable YAML file") from None

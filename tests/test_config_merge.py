@@ -42,11 +42,28 @@ def test_merge_over_an_instance_keeps_its_values():
     ({"zo": 3}, "zo"),
     ({"zo": {"n_dirs": 0}}, "n_dirs"),
     ({"bogus": 1}, "MobiEditConfig"),
+    ({"zo": {"lr": "fast"}}, "zo.lr: expected float, got str"),
+    ({"zo": {"n_dirs": 2.5}}, "zo.n_dirs: expected int"),
+    ({"early_stop": 1}, "early_stop: expected bool"),
+    ({"zo": {"lr": True}}, "zo.lr: expected float, got bool"),
 ])
 def test_bad_keys_and_values_name_the_field(data, where):
     with pytest.raises(ConfigError) as e:
         from_dict(MobiEditConfig, data)
     assert where in str(e.value)
+
+
+def test_yaml_exponents_without_a_dot_are_floats(tmp_path):
+    # PyYAML follows YAML 1.1, where `1e-4` is a string; a config file means the number
+    y = tmp_path / "cfg.yaml"
+    y.write_text("update:\n  rule: nullspace\n  nullspace_threshold: 2e-4\nlr: 1E+0\nmom2_ridge: '1e-3'\n")
+    with pytest.raises(ConfigError) as e:  # a quoted value stays a string, and is named
+        load_yaml(ROMEConfig, y)
+    assert "mom2_ridge: expected float, got str '1e-3'" in str(e.value)
+    y.write_text("update:\n  rule: nullspace\n  nullspace_threshold: 2e-4\nlr: 1E+0\nsteps: 40\n")
+    cfg = load_yaml(ROMEConfig, y)
+    assert (cfg.update.nullspace_threshold, cfg.lr, cfg.steps) == (2e-4, 1.0, 40)
+    assert isinstance(cfg.lr, float) and isinstance(cfg.steps, int)
 
 
 @pytest.mark.parametrize("flags", [["--method", "rome"], ["--config", "x.yaml"], ["--layer", "1"], ["--out", "o"]])
