@@ -32,6 +32,14 @@ def row_identity(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed:
             "requests_sha256": files_sha256([Path(req_file)]), "layer": layer, "seed": seed, "ability": ability}
 
 
+def identity_defaults(cfg) -> dict:
+    """The defaults of ``cfg``'s config class, shaped like :func:`row_identity` (a row log written
+    before a config field existed resumes when the row leaves that field at its default)."""
+    from .config_io import to_dict
+
+    return {"config": to_dict(type(cfg)())}
+
+
 def verdict_figures(recs: list[dict]) -> dict:
     """Verify after write (:mod:`mobiedit.methods.verify`): the search's own success rate, how
     often its verdict agrees with the edited model's, the edits it called done that the edited
@@ -100,7 +108,8 @@ def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, 
     quiet_libraries()
     name = spec.label
     cfg = row_config(spec.name, layer, seed, spec.sets, model_dir)
-    rlog = RowLog(Path(out).with_suffix(".jsonl"), row_identity(spec, model_dir, req_file, layer, seed, ability))
+    rlog = RowLog(Path(out).with_suffix(".jsonl"), row_identity(spec, model_dir, req_file, layer, seed, ability),
+                  identity_defaults(cfg))
     reqs = request_slice(req_file, spec.n, offset)
     todo = [r for r in reqs if r.case_id not in rlog.done]
     if todo:
@@ -134,7 +143,8 @@ def run_row(spec: RowSpec, model_dir: Path, req_file: Path, layer: int, seed: in
 
     name = spec.label
     out = workdir / f"{spec.stem}-L{layer}.json"
-    rlog = RowLog(out.with_suffix(".jsonl"), row_identity(spec, str(model_dir), str(req_file), layer, seed, ability))
+    rlog = RowLog(out.with_suffix(".jsonl"), row_identity(spec, str(model_dir), str(req_file), layer, seed, ability),
+                  identity_defaults(row_config(spec.name, layer, seed, spec.sets, model_dir)))
     ids = [r.case_id for r in request_slice(req_file, spec.n, offset)]
     if all(c in rlog.done for c in ids):  # every request already measured: no child, no model load
         return row_summary(name, layer, rlog, ids)

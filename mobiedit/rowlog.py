@@ -5,6 +5,8 @@ bench (``python -m mobiedit.export.quality``).
 
 The first line records the row's identity (its config, model, request file, layer, seed): resuming
 a log under another identity is refused — its results would be mixed with another experiment's.
+A config field added to the code after the log was written is not a difference when the row uses
+that field's default (``defaults``): the default is what the older code did.
 """
 from __future__ import annotations
 
@@ -20,11 +22,30 @@ from .errors import ConfigError
 from .evaluate import RequestScores, aggregate
 
 
+def same_identity(old: Any, new: Any, defaults: Any) -> bool:
+    """``old == new``, except that a key only ``new`` has is accepted where ``defaults`` (a tree of
+    the same shape) holds the same value for it: a field added since ``old`` was recorded, at the
+    default that stands for the older code's behaviour."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return old == new
+    defaults = defaults if isinstance(defaults, dict) else {}
+    for key in set(old) | set(new):
+        if key not in new:
+            return False
+        if key not in old:
+            if key not in defaults or defaults[key] != new[key]:
+                return False
+        elif not same_identity(old[key], new[key], defaults.get(key)):
+            return False
+    return True
+
+
 class RowLog:
     """``done`` maps case_id -> record (``scores`` a :class:`RequestScores`, plus the fields given
     to :meth:`add`)."""
 
-    def __init__(self, path: Path, identity: dict[str, Any] | None = None) -> None:
+    def __init__(self, path: Path, identity: dict[str, Any] | None = None,
+                 defaults: dict[str, Any] | None = None) -> None:
         self.path, self.done = Path(path), {}
         ident = None
         if self.path.is_file():
@@ -44,7 +65,7 @@ class RowLog:
                 self.done[rec["case_id"]] = rec
         if identity is not None:
             want = json.loads(json.dumps(identity))
-            if ident is not None and ident != want:
+            if ident is not None and not same_identity(ident, want, json.loads(json.dumps(defaults or {}))):
                 changed = sorted(k for k in set(ident) | set(want) if ident.get(k) != want.get(k))
                 raise ConfigError(f"{self.path.name} holds results of another run (different {', '.join(changed)})",
                                   where=str(self.path),

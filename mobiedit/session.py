@@ -161,6 +161,38 @@ def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | N
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
                fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
+    """The edit of ``cfg``'s method (:func:`run_once`); with ``cfg.update.clamp_ladder``, once per
+    clamp factor of the ladder, smallest first, until the edited model says the fact. The outcome
+    is the last try's, its costs (evaluations, calls, time, losses) the sum of every try's, and
+    ``config["clamp_norm_factor"]`` the factor that was used."""
+    ladder = cfg.update.clamp_ladder
+    if not ladder:
+        return run_once(lm, req, cfg, ctx, fwd_model, on_step)
+    total: EditOutcome | None = None
+    for factor in ladder:
+        tried = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective, clamp_norm_factor=float(factor)))
+        out = run_once(lm, req, tried, ctx, fwd_model, on_step)
+        out = dataclasses.replace(out, config={**out.config, "clamp_norm_factor": float(factor)})
+        total = out if total is None else _with_costs_of(out, total)
+        if out.succeeded:
+            break
+    return total
+
+
+def _with_costs_of(out: EditOutcome, before: EditOutcome) -> EditOutcome:
+    """``out`` with ``before``'s costs added (an earlier try of the same edit)."""
+    def add(name: str) -> int | float:
+        return getattr(before, name) + getattr(out, name)
+
+    distinct = None if out.distinct_evals is None and before.distinct_evals is None else \
+        (before.distinct_evals or before.loss_evals) + (out.distinct_evals or out.loss_evals)
+    return dataclasses.replace(out, loss_evals=add("loss_evals"), sequences=add("sequences"),
+                               forward_calls=add("forward_calls"), backward_calls=add("backward_calls"),
+                               wall_time=add("wall_time"), losses=before.losses + out.losses, distinct_evals=distinct)
+
+
+def run_once(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
+             fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
     """The edit of ``cfg``'s method (looked up by config type in :data:`~mobiedit.methods.METHODS`,
     not by name checks); then, unless ``cfg.verify_write`` is off, the verdict of the edited model
     (:func:`~mobiedit.methods.verify.check_written`). ``fwd_model`` goes to a forward-only method

@@ -157,3 +157,25 @@ def test_peak_rss_is_the_childs_own_not_the_parents():
     p.start(); child = q.get(timeout=120); p.join()
     del big
     assert parent >= 400 and 0 < child < parent - 300
+
+
+def test_a_row_log_from_before_a_new_config_field_resumes_at_its_default(tmp_path):
+    """A field added to a config (e.g. ``update.clamp_ladder``) must not orphan row logs written
+    before it, when the row leaves it at its default; any other difference is still refused."""
+    from mobiedit.errors import ConfigError
+    from mobiedit.rowlog import RowLog, same_identity
+
+    old = {"row": "rome", "seed": 0, "config": {"lr": 0.5, "update": {"rule": "rome"}}}
+    defaults = {"config": {"lr": 0.5, "update": {"rule": "rome", "clamp_ladder": []}}}
+    new = {"row": "rome", "seed": 0, "config": {"lr": 0.5, "update": {"rule": "rome", "clamp_ladder": []}}}
+    assert same_identity(old, new, defaults)
+    assert not same_identity(old, {**new, "config": {"lr": 0.5, "update": {"rule": "rome", "clamp_ladder": [2]}}},
+                             defaults)  # the new field set: another experiment
+    assert not same_identity(old, new, {})  # no defaults known: a difference
+    assert not same_identity(new, old, defaults)  # a field the new code dropped: a difference
+    assert not same_identity(old, {**new, "seed": 1}, defaults)
+    path = tmp_path / "row-rome-L0.jsonl"
+    RowLog(path, old)
+    RowLog(path, new, defaults)  # resumes
+    with pytest.raises(ConfigError, match="different config"):
+        RowLog(path, {**new, "config": {"lr": 0.1, "update": {"rule": "rome", "clamp_ladder": []}}}, defaults)

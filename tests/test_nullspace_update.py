@@ -1,5 +1,6 @@
-"""The null-space (AlphaEdit) update rule: the projector, the solve, exactness at the edit's key,
-protection of earlier edits' keys, and its use in a sequential session with bit-exact undo."""
+"""The sequential update rules — null-space (AlphaEdit) and ``protect`` (C plus the earlier edits'
+keys): the projector, the solves, exactness at the edit's key, protection of earlier edits' keys,
+and their use in a sequential session with bit-exact undo."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,8 @@ import torch
 
 from mobiedit.errors import ConfigError, NumericalError
 from mobiedit.editing.config import UpdateConfig
-from mobiedit.editing.update import null_space_direction, null_space_projector, rank_one_factors
+from mobiedit.editing.update import (null_space_direction, null_space_projector, protected_moment, rank_one_factors,
+                                     solve_c)
 
 
 def _stats(d=16, seed=0):
@@ -43,15 +45,35 @@ def test_direction_is_exact_at_the_key_and_spares_earlier_keys():
         null_space_direction(p, basis[:, 0] * 3.0, [], alpha=0.1)
 
 
+def test_protect_spares_earlier_keys_and_is_rome_without_them():
+    basis, c = _stats()
+    g = torch.Generator().manual_seed(2)
+    k_old = [torch.randn(16, generator=g) for _ in range(3)]
+    k_new = k_old[0] + 0.3 * torch.randn(16, generator=g)
+    assert protected_moment(c, [], 1.0) is c  # no earlier edit: ROME's C itself
+    rome = solve_c(c, k_new, 1e-6)
+    prot = solve_c(protected_moment(c, k_old, 1.0), k_new, 1e-6)
+    moved = lambda w: max(abs(float(w @ k)) for k in k_old) / abs(float(w @ k_new))  # noqa: E731
+    assert moved(prot) < 0.1 * moved(rome)  # the earlier keys get a tenth of ROME's share or less
+    heavier = solve_c(protected_moment(c, k_old, 100.0), k_new, 1e-6)
+    assert moved(heavier) < moved(prot)
+    # float64 sum of C and the keys' outer products
+    m = protected_moment(c, k_old, 0.5)
+    assert torch.allclose(m, c.double() + 0.5 * sum(torch.outer(k.double(), k.double()) for k in k_old))
+    assert torch.allclose(protected_moment(None, k_old[:1], 1.0), torch.eye(16, dtype=torch.float64)
+                          + torch.outer(k_old[0].double(), k_old[0].double()))
+
+
 def test_update_config_names_the_field():
     for bad, field in (({"rule": "memit"}, "update.rule"), ({"nullspace_threshold": 0.0}, "update.nullspace_threshold"),
-                       ({"alpha": 0.0}, "update.alpha")):
+                       ({"alpha": 0.0}, "update.alpha"), ({"edited_weight": -1.0}, "update.edited_weight")):
         with pytest.raises(ConfigError) as e:
             UpdateConfig(**bad)
         assert field in str(e.value)
 
 
-def test_sequential_session_solves_against_earlier_keys_and_undo_is_bit_exact(tiny_llama_dir, cache_dir, tmp_path):
+@pytest.mark.parametrize("rule", ["nullspace", "protect"])
+def test_sequential_session_solves_against_earlier_keys_and_undo_is_bit_exact(tiny_llama_dir, cache_dir, tmp_path, rule):
     import dataclasses
 
     from mobiedit.journal import Journal
@@ -67,9 +89,12 @@ def test_sequential_session_solves_against_earlier_keys_and_undo_is_bit_exact(ti
     (folder / "mobiedit.json").write_text('{"edit_layer": 0, "stats_corpus": "counterfact"}')
     lm = load_model(folder)
     w0 = lm.model.model.layers[0].mlp.down_proj.weight.detach().clone()
-    cfg = ROMEConfig(layer=0, steps=8, context=ContextConfig(lengths=((4, 2),)), update=UpdateConfig(rule="nullspace"))
+    cfg = ROMEConfig(layer=0, steps=8, context=ContextConfig(lengths=((4, 2),)), update=UpdateConfig(rule=rule))
     ctx = prepare(lm, cfg, seed=0)
-    assert 0 < float(torch.trace(ctx.projector[0])) < ctx.projector[0].shape[0]
+    if rule == "nullspace":
+        assert 0 < float(torch.trace(ctx.projector[0])) < ctx.projector[0].shape[0]
+    else:
+        assert not ctx.projector
     reqs = [EditRequest(case_id=f"s{i}", prompt="{} plays the sport", subject=s, target_new=t, target_true="golf")
             for i, (s, t) in enumerate((("Anna Lee", "tennis"), ("Bo Chen", "hockey"), ("Cy Diaz", "rugby")))]
     j = Journal.open(tmp_path / "j")
@@ -86,3 +111,48 @@ def test_sequential_session_solves_against_earlier_keys_and_undo_is_bit_exact(ti
     for e in j.entries(active_only=True):
         j.undo(e.id, lm.model, lm.family)
     assert torch.equal(lm.model.model.layers[0].mlp.down_proj.weight, w0)
+
+
+def test_key_spectrum_report_counts_the_free_dimensions():
+    from tools.key_spectrum import spectrum_report
+
+    basis, c = _stats()
+    keys = torch.stack([basis[:, 8] + basis[:, 0], basis[:, 9] * 2.0])  # half in the unused space
+    rep = spectrum_report(c, keys, [1e-2], ridge=0.0)
+    assert rep["d"] == 16 and abs(rep["top5"][0] - 10.0) < 1e-4 and abs(rep["min"] / 1e-4 - 1) < 0.02
+    (row,) = rep["projector"]
+    assert row["dims"] == 8 and abs(row["key_share_min"] - 2 ** -0.5) < 1e-5 and abs(row["key_share_mean"] - (1 + 2 ** -0.5) / 2) < 1e-5
+    # kᵀC⁻¹k: 1/10 + 1/1e-4 for the first key, 4/1e-4 for the second (torch's median: the lower one)
+    assert abs(rep["mahalanobis_median"] / (1e4 + 0.1) - 1) < 0.02  # (C in float32)
+
+
+def test_clamp_ladder_tries_the_smallest_change_first_and_counts_every_try(small_fact_lm):
+    import dataclasses
+
+    from mobiedit.models import load_model
+    from mobiedit.requests import bundled_path, load_requests
+    from mobiedit.editing.config import ObjectiveConfig, ROMEConfig
+    from mobiedit.session import prepare, run_method, run_once
+
+    lm = load_model(small_fact_lm)
+    req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
+    base = ROMEConfig(layer=1)
+    ctx = prepare(lm, base, seed=0)
+    w0 = lm.model.model.layers[1].mlp.down_proj.weight.detach().clone()
+    tiny = 1e-3  # a value change this small cannot make the model say anything new
+    at = lambda c: dataclasses.replace(base, objective=ObjectiveConfig(clamp_norm_factor=c))  # noqa: E731
+    first, last = run_once(lm, req, at(tiny), ctx), run_once(lm, req, at(4.0), ctx)
+    assert not first.succeeded and last.succeeded
+    out = run_method(lm, req, dataclasses.replace(base, update=UpdateConfig(clamp_ladder=(tiny, 4.0))), ctx)
+    assert out.succeeded and out.config["clamp_norm_factor"] == 4.0  # the first rung failed, the second held
+    assert torch.allclose(out.u, last.u) and torch.allclose(out.w, last.w)
+    assert out.loss_evals == first.loss_evals + last.loss_evals
+    assert out.backward_calls == first.backward_calls + last.backward_calls
+    assert len(out.losses) == len(first.losses) + len(last.losses)
+    assert torch.equal(lm.model.model.layers[1].mlp.down_proj.weight, w0)  # nothing written
+    easy = run_method(lm, req, dataclasses.replace(base, update=UpdateConfig(clamp_ladder=(4.0, 8.0))), ctx)
+    assert easy.config["clamp_norm_factor"] == 4.0 and easy.loss_evals == last.loss_evals  # stops at a hold
+    with pytest.raises(ConfigError, match="update.clamp_ladder"):
+        UpdateConfig(clamp_ladder=(3.0, 2.0))
+    with pytest.raises(ConfigError, match="update.clamp_ladder"):
+        UpdateConfig(clamp_ladder=(0.0,))

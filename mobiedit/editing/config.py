@@ -44,7 +44,7 @@ class ObjectiveConfig:
                               fix="e.g. '{} is a'")
 
 
-UPDATE_RULES = ("rome", "nullspace")
+UPDATE_RULES = ("rome", "nullspace", "protect")
 KEY_SOURCES = ("served", "search")
 
 
@@ -59,6 +59,11 @@ class UpdateConfig:
       ``nullspace_threshold`` × the largest (directions natural text barely uses) and ``K_p`` are
       the keys of the edits already applied in this session (a later edit avoids moving them);
       ``α = alpha · ‖P k̄‖²`` (scale-free).
+    * ``protect`` — ROME's direction with the applied edits' keys in the normal matrix:
+      ``w ∝ (C + edited_weight · K_p K_pᵀ)⁻¹ k̄`` (AlphaEdit's key cache without its projection;
+      MEMIT's normal equation with earlier edits as preserved keys). ``C`` is the mean second
+      moment of natural text's keys, so ``edited_weight`` 1 counts each earlier edit's key as much
+      as one average token of it — with ``C``'s small eigenvalues, enough to hold that key still.
     Either way ``w`` is normalised so that the plain prompt's key gets exactly ``v*`` (ROME's
     normalisation; AlphaEdit's own solve leaves the target short by ``α``). At another row's key
     ``k_i`` the written update adds ``δ·(wᵀk_i)``, not ``δ``: ``written_gain`` makes the value
@@ -74,17 +79,31 @@ class UpdateConfig:
     rule: str = "rome"
     nullspace_threshold: float = 1e-2
     alpha: float = 1.0
+    edited_weight: float = 1.0
     written_gain: bool = False  # the search adds δ·(wᵀk_i) at row i — what the written update will
                                 # deliver at that row's key — instead of δ at every row (issue 18:
                                 # search at the keys that are written; w does not depend on δ)
     key_source: str = "served"
+    clamp_ladder: tuple[float, ...] = ()  # sequential safety (issue 16): try the edit with the value
+                                # change clamped to each factor in turn (objective.clamp_norm_factor),
+                                # keep the first the edited model says; () = the objective's clamp only
 
     def __post_init__(self) -> None:
+        if isinstance(self.clamp_ladder, list):
+            object.__setattr__(self, "clamp_ladder", tuple(self.clamp_ladder))
+        lad = self.clamp_ladder
+        if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in lad) \
+                or list(lad) != sorted(set(lad)):
+            raise ConfigError(f"clamp_ladder={list(lad)} must be increasing positive factors",
+                              where="update.clamp_ladder", fix="e.g. [2, 3, 4] (smallest value change first), or []")
         if self.rule not in UPDATE_RULES:
             raise ConfigError(f"unknown update rule {self.rule!r}", where="update.rule", fix=f"use one of {UPDATE_RULES}")
         if not 0.0 < self.nullspace_threshold < 1.0:
             raise ConfigError(f"nullspace_threshold={self.nullspace_threshold} out of (0, 1)",
                               where="update.nullspace_threshold", fix="e.g. 1e-2 (relative to C's largest eigenvalue)")
+        if not self.edited_weight > 0:
+            raise ConfigError(f"edited_weight={self.edited_weight} must be > 0", where="update.edited_weight",
+                              fix="e.g. 1.0 (relative to the key statistics C)")
         if not self.alpha > 0:
             raise ConfigError(f"alpha={self.alpha} must be > 0", where="update.alpha", fix="e.g. 1.0")
         if self.key_source not in KEY_SOURCES:

@@ -23,6 +23,16 @@ def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.
     return x.float()
 
 
+def protected_moment(c: torch.Tensor | None, keys: list[torch.Tensor], weight: float) -> torch.Tensor | None:
+    """``C + weight · Σ k kᵀ`` over ``keys`` (the edits already applied) in float64: the normal
+    matrix of the ``protect`` rule. ``c`` None (no statistics): the identity stands for it."""
+    if not keys:
+        return c
+    k = torch.stack([x.double().reshape(-1) for x in keys])
+    base = c.double() if c is not None else torch.eye(k.shape[1], dtype=torch.float64)
+    return base + weight * (k.T @ k).to(base.device)
+
+
 def null_space_projector(c: torch.Tensor, threshold: float) -> torch.Tensor:
     """AlphaEdit's ``P = Û Ûᵀ``: Û the eigenvectors of the key second moment ``c`` whose eigenvalues
     are at most ``threshold`` × the largest — the key directions natural text barely excites.

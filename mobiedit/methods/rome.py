@@ -13,7 +13,7 @@ from ..editing.compute_k import compute_key, row_keys
 from ..editing.compute_v import compute_v
 from ..editing.config import ROMEConfig, UpdateConfig
 from ..editing.context import EditInputs, build_edit_inputs
-from ..editing.update import null_space_direction, rank_one_factors, solve_c
+from ..editing.update import null_space_direction, protected_moment, rank_one_factors, solve_c
 from .common import EditOutcome, ModelContext, StepFn, module_name
 
 
@@ -32,10 +32,14 @@ class EditKeys:
 def _direction(ctx: ModelContext, layer: int, k_bar: torch.Tensor, mom2_ridge: float,
                update: UpdateConfig) -> torch.Tensor:
     """The update direction for key ``k_bar``: ROME's ``C⁻¹k̄`` by default, or AlphaEdit's
-    null-space solve against ``ctx.projector`` and ``ctx.edited_keys``."""
+    null-space solve against ``ctx.projector`` and ``ctx.edited_keys``, or (``protect``) ``C⁻¹k̄``
+    with ``ctx.edited_keys`` added to ``C``."""
     if update.rule == "nullspace":
         return null_space_direction(ctx.projector[layer], k_bar, ctx.edited_keys.get(layer, []), update.alpha)
-    return solve_c(ctx.mom2.get(layer), k_bar, mom2_ridge)
+    c = ctx.mom2.get(layer)
+    if update.rule == "protect":
+        c = protected_moment(c, ctx.edited_keys.get(layer, []), update.edited_weight)
+    return solve_c(c, k_bar, mom2_ridge)
 
 
 def edit_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, mom2_ridge: float,
