@@ -37,7 +37,8 @@ from .outputs import check_output_dir, mark_output, weights_bytes
 from .profile import copy_sidecars
 from .requests import EditRequest, load_requests
 from .resolve import edit_layer_for, load_method_config, model_dir, run_overrides
-from .session import EditRecord, MethodConfig, base_model_of, check_fits, edit_sequential, prepare, seed_edited_keys
+from .session import (EditRecord, MethodConfig, base_model_of, check_fits, edit_sequential, prepare, seed_edited_keys,
+                      sequential_config)
 
 __all__ = ["METHODS", "EditRecord", "Evaluation", "LoadedModel", "edit", "edit_layer_for", "evaluate",
            "load_method_config", "load_model", "model_dir"]
@@ -140,6 +141,8 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
     prior = Journal.open(path / "journal") if has_prior else None
     if prior is not None:
         check_journal_belongs(prior, lm.model, lm.family)
+    # fact after fact on one model: the smallest value change that holds (session.sequential_config)
+    cfg = sequential_config(cfg, len(reqs) + (len(prior.entries(active_only=True)) if prior is not None else 0))
     pres = [pre_edit_snapshot(lm.model, lm.tokenizer, r) for r in reqs] if score else None
     ctx = prepare(lm, cfg, seed, progress=progress)
     if prior is not None:  # the nullspace rule solves new edits against the folder's earlier ones

@@ -68,7 +68,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
     from .journal import Journal, apply_factors
     from .models import load_model
     from .requests import bundled_path, load_requests
-    from .session import edit_sequential, prepare
+    from .session import edit_sequential, prepare, sequential_config
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -76,7 +76,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
         raise ConfigError(f"must be >= 1, got {n_edits}", where="--n", fix="edit at least one request")
     model_dir = Path(model_dir)
     layer = edit_layer_for(model_dir, layer)
-    cfg = method_config(method, layer, config, seed, model_dir)
+    cfg = sequential_config(method_config(method, layer, config, seed, model_dir), n_edits)
     lm = load_model(model_dir)
     tok, fam = lm.tokenizer, lm.family
     all_reqs = load_requests(requests or bundled_path("counterfact-edit-1k.json"))

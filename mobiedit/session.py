@@ -159,6 +159,22 @@ def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | N
     return search_model(lm, cfg)
 
 
+#: the clamp ladder of a session that makes more than one edit on one model, as fractions of the
+#: objective's clamp (issue 16: the smallest value change that the edited model says; measured in
+#: docs/reliability.md, "Why, measured")
+SEQUENTIAL_LADDER = (0.5, 0.75, 1.0)
+
+
+def sequential_config(cfg: MethodConfig, n_edits: int) -> MethodConfig:
+    """``cfg`` for a session that leaves ``n_edits`` edits on one model: with more than one and no
+    ladder of its own, ``update.clamp_ladder`` becomes :data:`SEQUENTIAL_LADDER` × the objective's
+    clamp (``clamp_ladder: [c]`` in a config keeps one clamp). One edit: ``cfg`` unchanged."""
+    if n_edits <= 1 or cfg.update.clamp_ladder:
+        return cfg
+    c = cfg.objective.clamp_norm_factor
+    return dataclasses.replace(cfg, update=dataclasses.replace(cfg.update, clamp_ladder=tuple(f * c for f in SEQUENTIAL_LADDER)))
+
+
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
                fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
     """The edit of ``cfg``'s method (:func:`run_once`); with ``cfg.update.clamp_ladder``, once per

@@ -39,6 +39,13 @@ def test_edit_through_the_api_makes_the_model_say_the_target(small_fact_lm, requ
     ev = api.evaluate(edited, [request_0])
     assert ev.against_pre_edit and ev.aggregate["efficacy_acc"] == pytest.approx(100.0)
     assert not _says(api.load_model(small_fact_lm), request_0)  # the source folder is untouched
+    # one edit: the objective's clamp as configured; a further edit of the edited folder is the
+    # second on that model, tried with the sequential clamp ladder (session.sequential_config)
+    assert "clamp_norm_factor" not in rec.outcome.config
+    from mobiedit.requests import bundled_path, load_requests
+
+    [rec2] = api.edit(out, load_requests(bundled_path("counterfact-edit-1k.json"))[1:2], method="rome")
+    assert rec2.outcome.config["clamp_norm_factor"] in (2.0, 3.0, 4.0), rec2.outcome.config
 
 
 def test_a_bad_method_name_is_a_config_error_naming_the_field(small_fact_lm, request_0, tmp_path):

@@ -156,3 +156,18 @@ def test_clamp_ladder_tries_the_smallest_change_first_and_counts_every_try(small
         UpdateConfig(clamp_ladder=(3.0, 2.0))
     with pytest.raises(ConfigError, match="update.clamp_ladder"):
         UpdateConfig(clamp_ladder=(0.0,))
+
+
+def test_sequential_sessions_get_the_clamp_ladder_by_default():
+    from mobiedit.editing.config import ObjectiveConfig, ROMEConfig
+    from mobiedit.methods.mobiedit import MobiEditConfig
+    from mobiedit.session import SEQUENTIAL_LADDER, sequential_config
+
+    for cfg in (ROMEConfig(), MobiEditConfig(objective=ObjectiveConfig(clamp_norm_factor=8.0))):
+        assert sequential_config(cfg, 1) is cfg  # one edit: as configured
+        many = sequential_config(cfg, 2)
+        c = cfg.objective.clamp_norm_factor
+        assert many.update.clamp_ladder == tuple(f * c for f in SEQUENTIAL_LADDER) and many.update.clamp_ladder[-1] == c
+        assert many.objective == cfg.objective and many.update.rule == cfg.update.rule
+    own = ROMEConfig(update=UpdateConfig(clamp_ladder=(4.0,)))
+    assert sequential_config(own, 50) is own  # a config's own ladder (one rung: the single clamp) stays
