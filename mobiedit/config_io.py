@@ -94,7 +94,11 @@ _Loader.add_implicit_resolver(
 def read_yaml(path: str | Path) -> Any:
     """The mapping of a YAML config file (a partial config; :func:`merge` checks it)."""
     try:
-        return yaml.load(Path(path).read_text(), Loader=_Loader) or {}
+        loader = _Loader(Path(path).read_text())  # a SafeLoader: no Python objects from a config file
+        try:
+            return loader.get_single_data() or {}
+        finally:
+            loader.dispose()
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read YAML ({str(e).splitlines()[0]})", where=str(path),
                           fix="pass a readable YAML file") from None

@@ -64,6 +64,15 @@ def test_yaml_exponents_without_a_dot_are_floats(tmp_path):
     cfg = load_yaml(ROMEConfig, y)
     assert (cfg.update.nullspace_threshold, cfg.lr, cfg.steps) == (2e-4, 1.0, 40)
     assert isinstance(cfg.lr, float) and isinstance(cfg.steps, int)
+    # the loader is PyYAML's safe one: a Python object tag is refused, not built
+    import yaml
+
+    from mobiedit import config_io
+
+    assert issubclass(config_io._Loader, yaml.SafeLoader)
+    y.write_text("lr: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="cannot read YAML"):
+        load_yaml(ROMEConfig, y)
 
 
 @pytest.mark.parametrize("flags", [["--method", "rome"], ["--config", "x.yaml"], ["--layer", "1"], ["--out", "o"]])
