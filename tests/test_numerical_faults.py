@@ -280,7 +280,7 @@ def test_sequential_edits_table_and_bit_exact_undo(tiny_llama_dir, cache_dir, tm
                "--method", "rome", "--force", "--undo", "3", "--probe", "3", "--out", str(out), "--quiet"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
-    res = json.loads(out.read_text())
+    res = json.loads(out.read_text())["rows"][0]  # the result file: one entry per row
     assert [r["edits"] for r in res["table"]] == [1, 2, 4]
     assert [r["applied"] for r in res["table"]] == [1, 2, 4]  # --force applies every edit
     for row in res["table"]:

@@ -27,7 +27,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("mobiedit.cli", "mobiedit.export.cli")),
     # benchmarks and harness verbs: above the library API, which they (should) use
     ("harness", ("mobiedit.bench", "mobiedit.bench_rows", "mobiedit.bench_prefix", "mobiedit.bench_shape", "mobiedit.demo", "mobiedit.tune",
-                 "mobiedit.sequential", "mobiedit.rowlog", "mobiedit.zo.bench_overhead", "mobiedit.export.bench",
+                 "mobiedit.sequential", "mobiedit.sequential_rows", "mobiedit.sequential_run",
+                 "mobiedit.sequential_interference", "mobiedit.sequential_report", "mobiedit.sequential_plot",
+                 "mobiedit.rowlog", "mobiedit.zo.bench_overhead", "mobiedit.export.bench",
                  "mobiedit.export.bench_flags", "mobiedit.export.quality")),
     ("api", ("mobiedit.api", "mobiedit.resolve")),
     # the edit session; the exporter sits beside it, and so do the fact-LM producer and undo
