@@ -69,7 +69,7 @@ def key_inverse(lm: LoadedModel, layer: int, cfg: ExportConfig) -> torch.Tensor:
     if not cfg.edit.mom2:
         return torch.eye(d_in)
     from mobiedit.editing.stats import second_moment
-    from mobiedit.session import stats_texts_for
+    from mobiedit.stats_corpus import stats_texts_for
 
     texts = stats_texts_for(lm)
     texts = texts[: cfg.edit.stats_limit] if cfg.edit.stats_limit else texts

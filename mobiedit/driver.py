@@ -98,8 +98,21 @@ def _model_units(z: np.ndarray, scale: float) -> torch.Tensor:
     return torch.from_numpy(np.multiply(z, scale, dtype=np.float32))
 
 
+def start_point(start: torch.Tensor | None, scale: float, max_norm: float, d: int) -> np.ndarray:
+    """The loop's ``x0`` [d] float32 in normalised units: ``start / s`` clamped to ``max_norm``
+    (zeros without ``start``)."""
+    if start is None:
+        return np.zeros(d, dtype=np.float32)
+    x = start.detach().double().cpu().reshape(-1) / scale
+    norm = float(x.norm())
+    if norm > max_norm:
+        x = x * (max_norm / norm)
+    return x.float().numpy().copy()
+
+
 def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveConfig, recipe: EditRecipe,
-                 backend: str = "native", early_stop: bool = True, on_step: StepFn | None = None) -> ValueSearch:
+                 backend: str = "native", early_stop: bool = True, on_step: StepFn | None = None,
+                 start: torch.Tensor | None = None) -> ValueSearch:
     """Search the value delta that makes ``graph`` show the target (see the module docstring).
 
     Args:
@@ -110,6 +123,7 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
         backend: ``"native"`` (C++ engine) or ``"python"`` (reference).
         early_stop: pass the success rule to the loop as its ``check`` (else it runs to a budget).
         on_step: ``on_step(calls, min loss)`` after each forward batch (progress display).
+        start: [d] the delta to start from, model units (None: δ = 0); clamped into the ball.
 
     Raises:
         NumericalError: the loop met NaN/Inf.
@@ -139,7 +153,8 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
         return last["holds"] and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective,
                                                recipe.success.nll)
 
-    res = run_zo(forward, check if early_stop else None, np.zeros(d, dtype=np.float32), zcfg, backend=backend)
+    res = run_zo(forward, check if early_stop else None, start_point(start, scale, zcfg.max_norm, d), zcfg,
+                 backend=backend)
     res.raise_for_status()
     x = np.asarray(res.x, dtype=np.float32)
     succeeded = res.succeeded or check(x)  # stopped on success: the rule (and so edit_holds) passed at x

@@ -22,6 +22,7 @@ from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
 from .journal import Journal
+from .stats_corpus import stats_corpus_for
 from .methods import METHODS, method_name
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
 from .methods.verify import check_written
@@ -37,77 +38,6 @@ from .editing.config import ROMEConfig
 log = logging.getLogger(__name__)
 
 MethodConfig = Union[ROMEConfig, MobiEditConfig]
-
-
-#: tokens of natural text behind a real model's key statistics (the field asks >= 100k)
-STATS_TOKENS = 131_072
-#: longest statistics text, in tokens (longer texts are cut; editing.stats truncates there too)
-STATS_MAX_LEN = 256
-
-
-@dataclass(frozen=True)
-class StatsCorpus:
-    """The key-statistics text and where it came from (``source``: name, version, licence, file;
-    recorded in the statistics cache's metadata)."""
-
-    texts: list[str]
-    source: dict
-
-
-def stats_texts_for(lm: LoadedModel, budget: int = STATS_TOKENS) -> list[str]:
-    """The texts of :func:`stats_corpus_for`."""
-    return stats_corpus_for(lm, budget).texts
-
-
-def stats_corpus_for(lm: LoadedModel, budget: int = STATS_TOKENS) -> StatsCorpus:
-    """The text behind the key statistics ``C = E[k kᵀ]``, chosen by the model profile's
-    ``stats_corpus`` (``mobiedit.json``):
-
-    * ``file:NAME`` — the lines of that file in the model folder (the fact LM's pretraining corpus);
-    * ``wikipedia`` — natural Wikipedia text (:mod:`mobiedit.corpora`), paragraphs packed into
-      chunks of at most :data:`STATS_MAX_LEN` tokens, the first ``budget`` tokens;
-    * ``counterfact`` — the bundled CounterFact prompts with their answers (a small fallback).
-
-    Without a profile: ``wikipedia`` (the fact LM writes a profile naming its own corpus file).
-    Every text is at most :data:`STATS_MAX_LEN` tokens (longer lines are cut, not truncated away).
-    """
-    from .corpora import chunk_texts, counterfact_records, source_info, wikipedia_texts
-    from .errors import ConfigError
-    from .profile import PROFILE_FILE, read_profile
-
-    prof = read_profile(lm.path)
-    src = prof.stats_corpus if prof is not None else "wikipedia"
-    log.info("key statistics corpus of %s: %s", lm.path, src)
-    if src == "wikipedia":
-        info = source_info()
-        texts = chunk_texts(lm.tokenizer, wikipedia_texts(), STATS_MAX_LEN, pack=True, budget=budget)
-        return StatsCorpus(texts, {"name": "wikipedia", "package": info["package"], "version": info["version"],
-                                   "file": info["wikipedia"], "licence": info["wikipedia_licence"],
-                                   "budget_tokens": budget})
-    if src == "counterfact":
-        recs, train = counterfact_records()
-        return StatsCorpus([f"{r['prompt']} {r['ground_truth']}" for r in recs + train[:3000]],
-                           {"name": "counterfact", "package": "mobiedit (bundled)", "licence": "MIT (ROME's CounterFact)"})
-    path = lm.path / src[len("file:"):]
-    if not path.is_file():
-        raise ConfigError(f"stats_corpus names {path.name}, which is not in the model folder",
-                          where=f"{lm.path / PROFILE_FILE}, field 'stats_corpus'",
-                          fix="copy the file beside the model, or set stats_corpus to 'wikipedia'")
-    return StatsCorpus(_cut_long(lm.tokenizer, path.read_text(encoding="utf-8").split("\n")),
-                       {"name": src, "file": path.name})
-
-
-def _cut_long(tok, lines: list[str]) -> list[str]:
-    """``lines`` unchanged, except that a line over :data:`STATS_MAX_LEN` tokens becomes its pieces."""
-    from .corpora import chunk_texts
-
-    if not lines:
-        return lines
-    lengths = [len(ids) for ids in tok(lines, add_special_tokens=False)["input_ids"]]
-    out: list[str] = []
-    for line, n in zip(lines, lengths):
-        out += chunk_texts(tok, [line], STATS_MAX_LEN, pack=False) if n > STATS_MAX_LEN - 2 else [line]
-    return out
 
 
 def lower_layers_paged(lm: LoadedModel, cfg: MethodConfig):
@@ -178,21 +108,34 @@ def sequential_config(cfg: MethodConfig, n_edits: int) -> MethodConfig:
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
                fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
     """The edit of ``cfg``'s method (:func:`run_once`); with ``cfg.update.clamp_ladder``, once per
-    clamp factor of the ladder, smallest first, until the edited model says the fact. The outcome
+    clamp factor of the ladder, smallest first, until the edited model says the fact — each rung
+    after the first starting from the previous rung's delta (:func:`ladder_start`). The outcome
     is the last try's, its costs (evaluations, calls, time, losses) the sum of every try's, and
-    ``config["clamp_norm_factor"]`` the factor that was used."""
+    ``config`` records the factor used (``clamp_norm_factor``) and the rungs tried (``ladder_tries``)."""
     ladder = cfg.update.clamp_ladder
     if not ladder:
         return run_once(lm, req, cfg, ctx, fwd_model, on_step)
     total: EditOutcome | None = None
-    for factor in ladder:
+    for tries, factor in enumerate(ladder, 1):
         tried = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective, clamp_norm_factor=float(factor)))
-        out = run_once(lm, req, tried, ctx, fwd_model, on_step)
-        out = dataclasses.replace(out, config={**out.config, "clamp_norm_factor": float(factor)})
+        start = ladder_start(total, cfg.update.ladder_warm_start)
+        out = run_once(lm, req, tried, ctx, fwd_model, on_step, start)
+        out = dataclasses.replace(out, config={**out.config, "clamp_norm_factor": float(factor), "ladder_tries": tries,
+                                               "ladder_warm": start is not None})
         total = out if total is None else _with_costs_of(out, total)
         if out.succeeded:
             break
     return total
+
+
+def ladder_start(previous: EditOutcome | None, warm: bool) -> torch.Tensor | None:
+    """Where a clamp-ladder rung's search starts: the previous rung's delta (it lies inside the
+    smaller clamp, so inside this rung's), or zero (None) for the first rung, without ``warm``, and
+    when the previous search passed its own check but the written edit did not hold (the same start
+    would stop at once at the same delta)."""
+    if not warm or previous is None or previous.delta is None or previous.loop_succeeded:
+        return None
+    return previous.delta
 
 
 def _with_costs_of(out: EditOutcome, before: EditOutcome) -> EditOutcome:
@@ -208,14 +151,15 @@ def _with_costs_of(out: EditOutcome, before: EditOutcome) -> EditOutcome:
 
 
 def run_once(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
-             fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
+             fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None,
+             start: torch.Tensor | None = None) -> EditOutcome:
     """The edit of ``cfg``'s method (looked up by config type in :data:`~mobiedit.methods.METHODS`,
     not by name checks); then, unless ``cfg.verify_write`` is off, the verdict of the edited model
     (:func:`~mobiedit.methods.verify.check_written`). ``fwd_model`` goes to a forward-only method
-    (None: the method builds its own)."""
+    (None: the method builds its own); ``start`` the delta its search starts from (None: zero)."""
     _, edit_fn = METHODS[method_name(cfg)]
     searched = {"fwd_model": fwd_model} if fwd_model is not None else {}
-    out = edit_fn(lm, req, cfg, ctx, on_step=on_step, **searched)
+    out = edit_fn(lm, req, cfg, ctx, on_step=on_step, start=start, **searched)
     if not cfg.verify_write:
         return out
     t0 = time.perf_counter()
@@ -260,6 +204,16 @@ def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | Non
 
     reserve = template_reserve(lm.tokenizer, ctx.templates) if ctx is not None else 0
     check_request_lengths(lm.tokenizer, reqs, position_limit(lm.model.config), reserve)
+
+
+#: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`)
+JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm")
+
+
+def journal_config(out: EditOutcome) -> dict:
+    """The ``config`` a journal entry of ``out`` records: its seed and, for a clamp-ladder edit,
+    the clamp that was written and how many rungs it took."""
+    return {"seed": out.seed, **{k: out.config[k] for k in JOURNALED_CONFIG if k in out.config}}
 
 
 @dataclass
@@ -318,7 +272,7 @@ class EditSession:
         if keep and self.journal is not None:
             base = self.weight(out.layer).detach().clone()
             self.journal.record(req, out.method, self.lm.family, out.layer, out.module, out.u, out.w, base,
-                                metrics=out.summary(), config={"seed": out.seed})
+                                metrics=out.summary(), config=journal_config(out))
         apply_outcome(self.lm, out)
         if keep:  # a trial is scored on the float model and undone before any search sees it
             self._sync_forward(out.layer)

@@ -12,7 +12,7 @@ from mobiedit import corpora
 from mobiedit.errors import ConfigError
 from mobiedit.factlm.pipeline import CORPUS_FILE
 from mobiedit.models import LoadedModel
-from mobiedit.session import STATS_MAX_LEN, stats_texts_for
+from mobiedit.stats_corpus import STATS_MAX_LEN, stats_texts_for
 
 
 def test_clean_paragraphs_strips_leftover_markup():
@@ -89,7 +89,7 @@ def test_key_statistics_record_their_corpus(tiny_llama_dir, tmp_path, cache_dir)
 
     from mobiedit.models import load_model
     from mobiedit.editing.stats import cached_second_moment, stats_metadata, stats_path
-    from mobiedit.session import stats_corpus_for
+    from mobiedit.stats_corpus import stats_corpus_for
 
     folder = tmp_path / "m"
     shutil.copytree(tiny_llama_dir, folder)

@@ -73,6 +73,27 @@ def test_search_value_counts_and_units(backend, early_stop):
 
 
 @pytest.mark.parametrize("backend", ["python", "native"])
+def test_search_value_starts_where_it_is_told(backend):
+    """``start`` (model units) is the loop's first point: at the target the first check passes; far
+    outside the clamp it is pulled onto the ball's surface."""
+    d = 8
+    v_init = torch.full((d,), 2.0)
+    target = torch.linspace(-1, 1, d) * 2.5  # ‖t‖ > 2: δ = 0 is outside every row's radius
+    zo = dataclasses.replace(FZOO.zo, n_dirs=4, max_steps=200, max_evals=10_000, lr=0.05, check_every=1)
+    recipe = EditRecipe(zo, SuccessCriterion(0.5, 10.0))
+    cold = search_value(Quadratic(target), v_init, ObjectiveConfig(), recipe, backend)
+    warm = search_value(Quadratic(target), v_init, ObjectiveConfig(), recipe, backend, start=target)
+    assert warm.succeeded and cold.succeeded and warm.evals < cold.evals
+    assert (warm.delta - target).norm() < (cold.delta - target).norm() + 1e-6
+    from mobiedit.driver import start_point
+
+    x = start_point(torch.full((d,), 100.0), 0.5, 3.0, d)
+    assert x.dtype == np.float32 and abs(float(np.linalg.norm(x)) - 3.0) < 1e-5
+    assert not start_point(None, 0.5, 3.0, d).any()
+    assert np.allclose(start_point(target, 0.5, 100.0, d), target.numpy() / 0.5)  # inside: unchanged
+
+
+@pytest.mark.parametrize("backend", ["python", "native"])
 def test_holds_is_the_row_rule_without_the_margin(backend):
     """``holds`` (the verdict comparable with the edited model's) is edit_holds at the found delta;
     ``succeeded`` adds the NLL margin. A margin no loss can meet: the search fails, the rows hold."""

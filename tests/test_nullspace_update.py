@@ -143,12 +143,21 @@ def test_clamp_ladder_tries_the_smallest_change_first_and_counts_every_try(small
     at = lambda c: dataclasses.replace(base, objective=ObjectiveConfig(clamp_norm_factor=c))  # noqa: E731
     first, last = run_once(lm, req, at(tiny), ctx), run_once(lm, req, at(4.0), ctx)
     assert not first.succeeded and last.succeeded
-    out = run_method(lm, req, dataclasses.replace(base, update=UpdateConfig(clamp_ladder=(tiny, 4.0))), ctx)
+    cold = UpdateConfig(clamp_ladder=(tiny, 4.0), ladder_warm_start=False)
+    out = run_method(lm, req, dataclasses.replace(base, update=cold), ctx)
     assert out.succeeded and out.config["clamp_norm_factor"] == 4.0  # the first rung failed, the second held
+    assert out.config["ladder_tries"] == 2 and not out.config["ladder_warm"]
     assert torch.allclose(out.u, last.u) and torch.allclose(out.w, last.w)
     assert out.loss_evals == first.loss_evals + last.loss_evals
     assert out.backward_calls == first.backward_calls + last.backward_calls
     assert len(out.losses) == len(first.losses) + len(last.losses)
+    # warm (the default): the second rung starts from the first rung's delta, not from zero
+    warm = run_method(lm, req, dataclasses.replace(base, update=UpdateConfig(clamp_ladder=(tiny, 4.0))), ctx)
+    resumed = run_once(lm, req, at(4.0), ctx, start=first.delta)
+    assert warm.config["ladder_warm"] and first.delta is not None and float(first.delta.norm()) > 0
+    assert torch.equal(warm.u, resumed.u) and warm.loss_evals == first.loss_evals + resumed.loss_evals
+    again = run_once(lm, req, at(4.0), ctx, start=last.delta)  # the start is used: the first loss is
+    assert abs(again.losses[0] - last.losses[-1]) < 1e-4 * last.losses[0] < last.losses[0] - again.losses[0]  # the end's
     assert torch.equal(lm.model.model.layers[1].mlp.down_proj.weight, w0)  # nothing written
     easy = run_method(lm, req, dataclasses.replace(base, update=UpdateConfig(clamp_ladder=(4.0, 8.0))), ctx)
     assert easy.config["clamp_norm_factor"] == 4.0 and easy.loss_evals == last.loss_evals  # stops at a hold
@@ -156,6 +165,20 @@ def test_clamp_ladder_tries_the_smallest_change_first_and_counts_every_try(small
         UpdateConfig(clamp_ladder=(3.0, 2.0))
     with pytest.raises(ConfigError, match="update.clamp_ladder"):
         UpdateConfig(clamp_ladder=(0.0,))
+
+
+def test_a_rung_starts_warm_only_after_a_search_that_did_not_pass():
+    from types import SimpleNamespace as NS
+
+    from mobiedit.session import ladder_start
+
+    d = torch.ones(3)
+    assert ladder_start(None, True) is None  # the first rung
+    assert ladder_start(NS(delta=d, loop_succeeded=False), True) is d
+    assert ladder_start(NS(delta=d, loop_succeeded=None), True) is d  # no write check
+    assert ladder_start(NS(delta=d, loop_succeeded=True), True) is None  # passed, write did not: cold
+    assert ladder_start(NS(delta=d, loop_succeeded=False), False) is None
+    assert ladder_start(NS(delta=None, loop_succeeded=False), True) is None
 
 
 def test_sequential_sessions_get_the_clamp_ladder_by_default():

@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the algorithm: search driver and recipes, graphs, shared ROME-family steps, ZO loop, journal, metrics
     ("core", ("mobiedit.driver", "mobiedit.recipes", "mobiedit.forward", "mobiedit.editing", "mobiedit.zo",
               "mobiedit.journal", "mobiedit.journal_guard", "mobiedit.evaluate", "mobiedit.ability",
-              "mobiedit.causal_trace", "mobiedit.known")),
+              "mobiedit.causal_trace", "mobiedit.known", "mobiedit.stats_corpus")),
     # model I/O, families, requests, errors and small utilities
     ("base", ("mobiedit", "mobiedit.errors", "mobiedit.families", "mobiedit.models", "mobiedit.checkpoints",
               "mobiedit.weights_check", "mobiedit.profile", "mobiedit.requests", "mobiedit.prompts",

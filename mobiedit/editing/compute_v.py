@@ -78,7 +78,8 @@ def prefix_loss_fn(graph) -> LossFn:
 
 
 def adam_value_search(loss_fn: LossFn, v_init: torch.Tensor, cfg: ROMEConfig,
-                      on_step: Callable[[int, float], None] | None = None) -> ValueResult:
+                      on_step: Callable[[int, float], None] | None = None,
+                      start: torch.Tensor | None = None) -> ValueResult:
     """ROME's value search on any evaluation of the objective: Adam on ``delta`` (zero-init),
     clamped to ``clamp_norm_factor·‖v_init‖``.
 
@@ -86,14 +87,21 @@ def adam_value_search(loss_fn: LossFn, v_init: torch.Tensor, cfg: ROMEConfig,
     GPT-2 XL/GPT-J activation scales) means the same step relative to ``v_init`` on any model;
     the objective itself is ROME's, in absolute units.
 
+    ``start`` (model units, clamped into the ball): the delta Adam starts from instead of zero.
+
     Stops early when the loss drops below ``cfg.early_loss`` (ROME: 5e-2). ``on_step(step, loss)``
     is called after every step (progress display). Only ``delta``'s gradient is computed
     (``torch.autograd.grad``): frozen weights get none.
     """
     scale = v_init.norm() / v_init.numel() ** 0.5
-    z = torch.zeros_like(v_init, requires_grad=True)  # delta = scale * z
-    opt = torch.optim.Adam([z], lr=cfg.lr)
     max_norm = cfg.objective.clamp_norm_factor * v_init.norm() / scale
+    z = torch.zeros_like(v_init)  # delta = scale * z
+    if start is not None:
+        z = (start.detach().to(v_init) / scale).clone()
+        if z.norm() > max_norm:
+            z.mul_(max_norm / z.norm())
+    z.requires_grad_(True)
+    opt = torch.optim.Adam([z], lr=cfg.lr)
     losses: list[float] = []
     steps, holds = 0, False
     for steps in range(1, cfg.steps + 1):
@@ -119,17 +127,18 @@ def adam_value_search(loss_fn: LossFn, v_init: torch.Tensor, cfg: ROMEConfig,
 
 def compute_v(model, family: Family, inputs: EditInputs, cfg: ROMEConfig,
               on_step: Callable[[int, float], None] | None = None,
-              row_gain: torch.Tensor | None = None) -> ValueResult:
+              row_gain: torch.Tensor | None = None, start: torch.Tensor | None = None) -> ValueResult:
     """Find v* by :func:`adam_value_search` — through the whole model (ROME), or, with
     ``cfg.prefix_reuse``, through the prefix-reusing graph the forward-only method uses.
-    ``row_gain`` [B]: the delta's gain per prompt row (``UpdateConfig.written_gain``)."""
+    ``row_gain`` [B]: the delta's gain per prompt row (``UpdateConfig.written_gain``); ``start``:
+    the delta the search starts from (None: zero)."""
     if cfg.prefix_reuse:
         from ..forward.graph import PrefixGraph
         from ..forward.prefix import compute_prefix_state
 
         state = compute_prefix_state(model, family, cfg.layer, inputs, row_gain)
         return adam_value_search(prefix_loss_fn(PrefixGraph(model, family, state, cfg.objective)),
-                                 state.v_init, cfg, on_step)
+                                 state.v_init, cfg, on_step, start)
     v_init, kl_ref = init_value_and_kl(model, family, cfg.layer, inputs)
     fn = full_loss_fn(model, family, inputs, cfg.layer, kl_ref, float(v_init.norm()), cfg.objective, row_gain)
-    return adam_value_search(fn, v_init, cfg, on_step)
+    return adam_value_search(fn, v_init, cfg, on_step, start)

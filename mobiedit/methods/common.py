@@ -65,7 +65,8 @@ class EditOutcome:
     written, one forward, the method's success rule); ``loop_succeeded`` the search's own verdict,
     only its stop signal; ``loop_holds`` whether the search's graph shows the target at the found
     delta (the edited model's rule, on the graph the search ran: the like-for-like verdict; for
-    ROME the same as ``loop_succeeded``); ``write`` the write check's figures. Without the write check (a config's
+    ROME the same as ``loop_succeeded``); ``write`` the write check's figures; ``delta`` the
+    searched value change [d] (model units) the factors write at the key. Without the write check (a config's
     ``verify_write`` False) ``succeeded`` is the loop's and ``loop_succeeded`` None.
     """
 
@@ -89,6 +90,7 @@ class EditOutcome:
     key: torch.Tensor | None = None  # k̄, the edit's key averaged over the context templates
     distinct_evals: int | None = None  # loss evaluations at distinct deltas (None: = loss_evals)
     loop_holds: bool | None = None
+    delta: torch.Tensor | None = None
 
     def summary(self) -> dict:
         return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "loop_succeeded", "loop_holds", "status",

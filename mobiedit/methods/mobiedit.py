@@ -101,29 +101,32 @@ def forward_model(lm: LoadedModel, cfg: MobiEditConfig) -> torch.nn.Module:
 
 
 def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
-                  fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
+                  fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None,
+                  start: torch.Tensor | None = None) -> EditOutcome:
     """One forward-only edit. ``fwd_model`` is the (quantized) model the loop's forwards run on
     (default: :func:`forward_model`, built for this edit, its time included in ``wall_time``); the
-    factors are computed on ``lm.model``."""
+    factors are computed on ``lm.model``. ``start``: the value delta the search starts from (None:
+    zero; a clamp ladder's earlier rung)."""
     t0 = time.perf_counter()
     if fwd_model is None:
         fwd_model = forward_model(lm, cfg)
     with lower_layers_paged(fwd_model, lm.family, cfg):
-        return _search(lm, req, cfg, ctx, fwd_model, t0, on_step)
+        return _search(lm, req, cfg, ctx, fwd_model, t0, on_step, start)
 
 
 def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,
-            fwd_model: torch.nn.Module, t0: float, on_step: StepFn | None = None) -> EditOutcome:
+            fwd_model: torch.nn.Module, t0: float, on_step: StepFn | None = None,
+            start: torch.Tensor | None = None) -> EditOutcome:
     """The prefix state, the driver's value search on its graph, and the factors of the found delta
     (keys measured on the float model ``lm``, or per ``cfg.update.key_source`` on ``fwd_model``)."""
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
     klm = key_model(lm, fwd_model, cfg.update)
     keys, gains = search_keys(klm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     graph, state, _ = build_graph(fwd_model, lm, inputs, cfg, gains)
-    found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step)
+    found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step, start)
     u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=found.succeeded, status=found.status, loss_evals=found.evals,
                        sequences=found.sequences, forward_calls=found.calls + 2, backward_calls=0,
                        wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed, key=key,
-                       distinct_evals=found.distinct_evals, loop_holds=found.holds)
+                       distinct_evals=found.distinct_evals, loop_holds=found.holds, delta=found.delta)

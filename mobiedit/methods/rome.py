@@ -112,12 +112,14 @@ def key_model(lm: LoadedModel, fwd_model: torch.nn.Module | None, update: Update
 
 
 def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelContext,
-              on_step: StepFn | None = None, fwd_model: torch.nn.Module | None = None) -> EditOutcome:
+              on_step: StepFn | None = None, fwd_model: torch.nn.Module | None = None,
+              start: torch.Tensor | None = None) -> EditOutcome:
     """One ROME edit by backprop. The model is not modified (apply the returned factors).
     ``on_step(step, loss)`` reports each Adam step. ``fwd_model``: the model the value search runs
     on: a :func:`~mobiedit.forward.quant.quantized_copy` per ``cfg.quant`` (default: built for this
     edit, as :func:`~mobiedit.session.forward_model_for` builds it once for many; ``lm.model`` for
-    the float search); the key and the factors are measured on ``lm.model`` (:func:`key_model`)."""
+    the float search); the key and the factors are measured on ``lm.model`` (:func:`key_model`).
+    ``start``: the value delta the search starts from (None: zero; a clamp ladder's earlier rung)."""
     t0 = time.perf_counter()
     if fwd_model is None:
         fwd_model = search_model(lm, cfg)
@@ -125,7 +127,7 @@ def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelCont
     klm = key_model(lm, fwd_model, cfg.update)
     keys, gains = search_keys(klm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     with torch.enable_grad():
-        vr = compute_v(fwd_model if fwd_model is not None else lm.model, lm.family, inputs, cfg, on_step, gains)
+        vr = compute_v(fwd_model if fwd_model is not None else lm.model, lm.family, inputs, cfg, on_step, gains, start)
     u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, vr.delta, cfg.mom2_ridge, cfg.update, keys)
     rows = inputs.batch.input_ids.shape[0]
     succeeded = vr.holds
@@ -133,4 +135,4 @@ def rome_edit(lm: LoadedModel, req: EditRequest, cfg: ROMEConfig, ctx: ModelCont
                        succeeded=succeeded, status="SUCCESS_CHECK" if succeeded else "MAX_STEPS",
                        loss_evals=vr.forwards, sequences=vr.forwards * rows, forward_calls=vr.forwards + 2,
                        backward_calls=vr.backwards, wall_time=time.perf_counter() - t0, losses=vr.losses, key=key,
-                       loop_holds=succeeded)
+                       loop_holds=succeeded, delta=vr.delta.detach().float().cpu())
