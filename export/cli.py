@@ -1,4 +1,5 @@
-"""``mobiedit export`` / ``mobiedit run`` / ``mobiedit bundle-undo`` and the ``edit --bundle`` handler.
+"""``mobiedit export`` / ``run`` / ``bench-export`` / ``bench-bundle-sequential`` / ``bundle-undo`` and
+the ``edit --bundle`` handler.
 
 :func:`register` adds the subcommands to the main CLI's subparsers; heavy imports happen inside
 the handlers, so registering costs nothing when the export extra is unused.
@@ -12,7 +13,8 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
-    """Add ``export``, ``run`` and ``bundle-undo`` to ``subparsers`` (an argparse subparsers action)."""
+    """Add ``export``, ``run``, ``bench-export``, ``bench-bundle-sequential`` and ``bundle-undo`` to
+    ``subparsers`` (an argparse subparsers action)."""
     sp = subparsers.add_parser("export", help="export a model to a phone bundle (ExecuTorch or ONNX Runtime)")
     g = sp.add_mutually_exclusive_group()
     g.add_argument("--model", help="local Hugging Face model folder or checkpoint name (`mobiedit model --list`)")
@@ -53,6 +55,14 @@ def register(subparsers) -> None:
 
     bench_arguments(sp)
     sp.set_defaults(fn=cmd_bench_export)
+
+    sp = subparsers.add_parser("bench-bundle-sequential",
+                               help="edit a copy of a bundle N times through `edit --bundle` and score it through its "
+                                    "own programs at checkpoints (retention, locality, undo; JSON + PNG)")
+    from .bench_sequential import add_arguments as bench_sequential_arguments
+
+    bench_sequential_arguments(sp)
+    sp.set_defaults(fn=cmd_bench_bundle_sequential)
 
     sp = subparsers.add_parser("bundle-undo", help="undo one journaled edit of a bundle (same as `mobiedit undo`)")
     sp.add_argument("bundle")
@@ -173,6 +183,22 @@ def cmd_bench_export(args) -> int:
     return 0
 
 
+def cmd_bench_bundle_sequential(args) -> int:
+    """Run :mod:`.bench_sequential` on a copy of ``--bundle``; print the table; 1 when undoing
+    every edit did not restore the unedited bundle."""
+    import torch
+
+    from .bench_sequential import RESULT_JSON, format_table, run, settings_from_args
+
+    torch.set_num_threads(1)
+    s = settings_from_args(args)
+    result = run(s, progress=not getattr(args, "quiet", False))
+    print(format_table(result))
+    if s.out is not None:
+        print(f"wrote {s.out / RESULT_JSON} and its .png")
+    return 0 if result["undo"]["restores_unedited"] else 1
+
+
 def cmd_undo(args) -> int:
     from .ops import undo_bundle_edit
 
@@ -181,6 +207,14 @@ def cmd_undo(args) -> int:
     entry = undo_bundle_edit(args.bundle, args.edit_id)
     print(f"undid edit {entry.id} ({term_safe(entry.request.get('case_id'))}) in {term_safe(args.bundle)}")
     return 0
+
+
+def _ladder_note(entry) -> str:
+    """`` clamp=F (rung i)`` for a journal entry written by the clamp ladder, else ``""``."""
+    cfg = (entry.config or {}) if entry is not None else {}
+    if "clamp_norm_factor" not in cfg:
+        return ""
+    return f" clamp={cfg['clamp_norm_factor']:g} (rung {cfg.get('ladder_tries', 1)})"
 
 
 def bundle_edit(args) -> int:
@@ -209,7 +243,7 @@ def bundle_edit(args) -> int:
 
     for r in results:
         print(f"{term_safe(r.request.case_id)}: {r.status} applied={r.applied} loss_evals={r.loss_evals} wall={r.wall_time:.2f}s"
-              + (f" edit_id={r.entry.id}" if r.entry else ""))
+              + (f" edit_id={r.entry.id}" if r.entry else "") + _ladder_note(r.entry))
     failed = [r for r in results if not r.applied]
     print(f"journal {bundle.path / 'journal'}: {len(results) - len(failed)} edit(s) applied"
           + (f", {len(failed)} missed the success criterion (--force applies them)" if failed else ""))

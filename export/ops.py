@@ -12,6 +12,7 @@ No HF model is built here: programs run in the bundle's runtime, text goes throu
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from mobiedit.errors import BundleError
 from mobiedit.families import FAMILIES
 from mobiedit.journal import Journal, JournalEntry
 from mobiedit.journal_lock import DEFAULT_TIMEOUT, journal_lock
+from mobiedit.ladder import climb, needs_ladder, sequential_ladder, warm_start
 from mobiedit.requests import EditRequest
 from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.editing.context import build_edit_inputs
@@ -148,6 +150,7 @@ class BundleSearch:
     zo: ZOConfig
     losses: list[float]
     loop_succeeded: bool | None = None  # the search's own verdict (its stop signal); None: not verified
+    delta: torch.Tensor | None = None  # the searched value change (a clamp ladder's next start)
 
 
 def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor, u: np.ndarray, w: np.ndarray,
@@ -168,23 +171,27 @@ def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor
 
 def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig | None = None,
                        success_fraction: float | None = None, success_nll: float | None = None,
-                       backend: str = "native", verify_write: bool = True) -> BundleSearch:
+                       backend: str = "native", verify_write: bool = True, clamp: float | None = None,
+                       start: torch.Tensor | None = None) -> BundleSearch:
     """Search ``req``'s value delta through the bundle's prefix + edit programs (the journal's
     active edits in the slots) and compute ROME's factors; writes nothing. ``zo`` and the success
-    thresholds default to the bundle's recipe (:func:`~mobiedit.export.recipe.recipe_of`).
-    ``succeeded`` is the verdict of the programs with the factors in a slot (:func:`_written_holds`),
-    the search's own in ``loop_succeeded``."""
+    thresholds default to the bundle's recipe (:func:`~mobiedit.export.recipe.recipe_of`), ``clamp``
+    to the manifest objective's ``clamp_norm_factor``; ``start``: the delta the search starts from
+    (a clamp ladder's earlier rung; None: zero). ``succeeded`` is the verdict of the programs with
+    the factors in a slot (:func:`_written_holds`), the search's own in ``loop_succeeded``."""
     m = b.manifest
     zo, success_fraction, success_nll = _resolve(recipe_of(m), zo, success_fraction, success_nll)
     recipe = EditRecipe(zo, SuccessCriterion(success_fraction, success_nll))
     objective = ObjectiveConfig(**m["edit"]["objective"])
+    if clamp is not None:
+        objective = dataclasses.replace(objective, clamp_norm_factor=float(clamp))
     inputs = build_edit_inputs(b.tokenizer(), req, m["edit"]["templates"], objective)
     packed = pack_edit(inputs, edit_shapes_of(m), objective)
     slot_u, slot_w = b.slots(journal)
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": slot_u, "slot_w": slot_w})
     graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed)
     v_init = pout["values"][0]
-    found = search_value(graph, v_init, objective, recipe, backend)
+    found = search_value(graph, v_init, objective, recipe, backend, start=start)
     keys = pout["keys"]
     c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
     u, w = rank_one_factors(keys[0].numpy(), (v_init + found.delta).numpy(), v_init.numpy(), c.numpy())
@@ -194,9 +201,29 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
 
     written = _written_holds(b, packed, slot_u, slot_w, u, w, says_it) if verify_write else None
     if written is None:
-        return BundleSearch(found.status, found.succeeded, u, w, found.evals, found.zo, found.losses)
+        return BundleSearch(found.status, found.succeeded, u, w, found.evals, found.zo, found.losses, delta=found.delta)
     return BundleSearch(found.status, written, u, w, found.evals, found.zo, found.losses,
-                        loop_succeeded=found.succeeded)
+                        loop_succeeded=found.succeeded, delta=found.delta)
+
+
+def climb_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
+                      success_fraction: float, success_nll: float, backend: str, ladder: tuple[float, ...]
+                      ) -> tuple[BundleSearch, dict]:
+    """:func:`search_bundle_edit` once (``ladder`` empty: the manifest's clamp), or climbing the
+    clamp ladder (:func:`mobiedit.ladder.climb`, warm rungs). Returns the last search, with every
+    rung's evaluations and losses summed in, and what the journal records of the ladder."""
+    if not ladder:
+        return search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend), {}
+
+    def attempt(factor: float, start: torch.Tensor | None) -> BundleSearch:
+        return search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
+                                  clamp=factor, start=start)
+
+    rungs = climb(ladder, attempt, lambda f: f.succeeded, lambda f: warm_start(f.delta, f.loop_succeeded))
+    last = rungs[-1]
+    found = dataclasses.replace(last.result, loss_evals=sum(r.result.loss_evals for r in rungs),
+                                losses=[x for r in rungs for x in r.result.losses])
+    return found, {"clamp_norm_factor": last.factor, "ladder_tries": len(rungs), "ladder_warm": last.warm}
 
 
 def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None, success_nll: float | None
@@ -207,10 +234,16 @@ def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None
 
 
 def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
-              success_fraction: float, success_nll: float, force: bool, backend: str) -> BundleEditResult:
+              success_fraction: float, success_nll: float, force: bool, backend: str,
+              clamp_ladder: tuple[float, ...] | None) -> BundleEditResult:
     t0 = time.perf_counter()
     m = b.manifest
-    found = search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend)
+    if clamp_ladder is None:  # the default: a ladder once the bundle carries or will carry two edits
+        n = len(journal.entries(active_only=True)) + 1
+        clamp = ObjectiveConfig(**m["edit"]["objective"]).clamp_norm_factor
+        clamp_ladder = sequential_ladder(clamp) if needs_ladder(n) else ()
+    found, ladder = climb_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
+                                      clamp_ladder)
     succeeded, u, w, zcfg = found.succeeded, found.u, found.w, found.zo
     hist = found.losses
     entry = None
@@ -224,7 +257,7 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
                                         "loop_succeeded": found.loop_succeeded, "loss_evals": found.loss_evals,
                                         "final_loss": hist[-1] if hist else None},
                                config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
-                                       "success_nll": success_nll, "runtime": b.runtime})
+                                       "success_nll": success_nll, "runtime": b.runtime, **ladder})
     log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, found.status, entry is not None, found.loss_evals)
     return BundleEditResult(request=req, status=found.status, succeeded=succeeded, applied=entry is not None,
                             entry=entry, loss_evals=found.loss_evals, wall_time=time.perf_counter() - t0,
@@ -233,8 +266,8 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
 
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,
                 success_fraction: float | None = None, success_nll: float | None = None, force: bool = False,
-                backend: str = "native", lock_timeout: float = DEFAULT_TIMEOUT
-                ) -> list[BundleEditResult]:
+                backend: str = "native", lock_timeout: float = DEFAULT_TIMEOUT,
+                clamp_ladder: tuple[float, ...] | None = None) -> list[BundleEditResult]:
     """Edit ``requests`` one after another through the bundle's prefix + edit programs.
 
     The search (``zo``) and the success thresholds default to the bundle's recipe (manifest
@@ -242,7 +275,10 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     the next request starts (so it sits in a slot for the next prefix run). An edit that misses the
     success criterion (``mobiedit.editing.objective.edit_holds`` with ``success_fraction``, and the
     loss minus decay at most ``success_nll``, as ``mobiedit_edit``) within budget is not applied
-    unless ``force``. Raises BundleError when a request does not fit the programs' shapes,
+    unless ``force``. ``clamp_ladder`` (clamp factors, smallest first; ``()``: the manifest's clamp
+    only) defaults to :func:`mobiedit.ladder.sequential_ladder` of the manifest's clamp whenever
+    the bundle will carry more than one edit (journal's active edits + this one), as a sequential
+    eager session does (:func:`mobiedit.session.sequential_config`). Raises BundleError when a request does not fit the programs' shapes,
     NumericalError on NaN/Inf.
 
     Each request holds the journal's write lock (:func:`mobiedit.journal_lock.journal_lock`) from
@@ -262,7 +298,8 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     for r in requests:
         with journal_lock(b.path / JOURNAL, lock_timeout):
             journal = b.journal()  # re-read under the lock: another writer may have changed it
-            results.append(_edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend))
+            results.append(_edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend,
+                                     clamp_ladder))
     return results
 
 

@@ -22,6 +22,7 @@ from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
 from .families import get_module
 from .journal import Journal
+from .ladder import climb, needs_ladder, sequential_ladder, warm_start
 from .stats_corpus import stats_corpus_for
 from .methods import METHODS, method_name
 from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
@@ -89,53 +90,43 @@ def forward_model_for(lm: LoadedModel, cfg: MethodConfig) -> torch.nn.Module | N
     return search_model(lm, cfg)
 
 
-#: the clamp ladder of a session that makes more than one edit on one model, as fractions of the
-#: objective's clamp (issue 16: the smallest value change that the edited model says; measured in
-#: docs/reliability.md, "Why, measured")
-SEQUENTIAL_LADDER = (0.5, 0.75, 1.0)
-
-
 def sequential_config(cfg: MethodConfig, n_edits: int) -> MethodConfig:
-    """``cfg`` for a session that leaves ``n_edits`` edits on one model: with more than one and no
-    ladder of its own, ``update.clamp_ladder`` becomes :data:`SEQUENTIAL_LADDER` × the objective's
-    clamp (``clamp_ladder: [c]`` in a config keeps one clamp). One edit: ``cfg`` unchanged."""
-    if n_edits <= 1 or cfg.update.clamp_ladder:
+    """``cfg`` for a session that leaves ``n_edits`` edits on one model: when that needs the ladder
+    (:func:`~mobiedit.ladder.needs_ladder`) and ``cfg`` has none of its own, ``update.clamp_ladder``
+    becomes :func:`~mobiedit.ladder.sequential_ladder` of the objective's clamp (``clamp_ladder: [c]``
+    in a config keeps one clamp). One edit: ``cfg`` unchanged."""
+    if not needs_ladder(n_edits) or cfg.update.clamp_ladder:
         return cfg
-    c = cfg.objective.clamp_norm_factor
-    return dataclasses.replace(cfg, update=dataclasses.replace(cfg.update, clamp_ladder=tuple(f * c for f in SEQUENTIAL_LADDER)))
+    ladder = sequential_ladder(cfg.objective.clamp_norm_factor)
+    return dataclasses.replace(cfg, update=dataclasses.replace(cfg.update, clamp_ladder=ladder))
 
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
                fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
-    """The edit of ``cfg``'s method (:func:`run_once`); with ``cfg.update.clamp_ladder``, once per
-    clamp factor of the ladder, smallest first, until the edited model says the fact — each rung
-    after the first starting from the previous rung's delta (:func:`ladder_start`). The outcome
-    is the last try's, its costs (evaluations, calls, time, losses) the sum of every try's, and
-    ``config`` records the factor used (``clamp_norm_factor``) and the rungs tried (``ladder_tries``)."""
+    """The edit of ``cfg``'s method (:func:`run_once`); with ``cfg.update.clamp_ladder``, climbed
+    by :func:`mobiedit.ladder.climb` (each clamp in turn, smallest first, until the edited model
+    says the fact; warm rungs per ``update.ladder_warm_start``). The outcome is the last try's, its
+    costs (evaluations, calls, time, losses) the sum of every try's, and ``config`` records the
+    factor used (``clamp_norm_factor``), the rungs tried (``ladder_tries``) and whether the last
+    one started warm (``ladder_warm``)."""
     ladder = cfg.update.clamp_ladder
     if not ladder:
         return run_once(lm, req, cfg, ctx, fwd_model, on_step)
-    total: EditOutcome | None = None
-    for tries, factor in enumerate(ladder, 1):
-        tried = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective, clamp_norm_factor=float(factor)))
-        start = ladder_start(total, cfg.update.ladder_warm_start)
-        out = run_once(lm, req, tried, ctx, fwd_model, on_step, start)
-        out = dataclasses.replace(out, config={**out.config, "clamp_norm_factor": float(factor), "ladder_tries": tries,
-                                               "ladder_warm": start is not None})
-        total = out if total is None else _with_costs_of(out, total)
-        if out.succeeded:
-            break
-    return total
 
+    def attempt(factor: float, start: torch.Tensor | None) -> EditOutcome:
+        tried = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective, clamp_norm_factor=factor))
+        return run_once(lm, req, tried, ctx, fwd_model, on_step, start)
 
-def ladder_start(previous: EditOutcome | None, warm: bool) -> torch.Tensor | None:
-    """Where a clamp-ladder rung's search starts: the previous rung's delta (it lies inside the
-    smaller clamp, so inside this rung's), or zero (None) for the first rung, without ``warm``, and
-    when the previous search passed its own check but the written edit did not hold (the same start
-    would stop at once at the same delta)."""
-    if not warm or previous is None or previous.delta is None or previous.loop_succeeded:
-        return None
-    return previous.delta
+    def start_of(out: EditOutcome) -> torch.Tensor | None:
+        return warm_start(out.delta, out.loop_succeeded) if cfg.update.ladder_warm_start else None
+
+    rungs = climb(ladder, attempt, lambda out: out.succeeded, start_of)
+    total = rungs[0].result
+    for rung in rungs[1:]:
+        total = _with_costs_of(rung.result, total)
+    last = rungs[-1]
+    return dataclasses.replace(total, config={**total.config, "clamp_norm_factor": last.factor,
+                                              "ladder_tries": len(rungs), "ladder_warm": last.warm})
 
 
 def _with_costs_of(out: EditOutcome, before: EditOutcome) -> EditOutcome:

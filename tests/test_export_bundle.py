@@ -256,6 +256,36 @@ def test_the_manifest_recipe_is_what_bundle_edits_use(bundles, tmp_path, capsys)
         zo = entry.config["zo"]
         assert (zo["lr"], zo["max_steps"], zo["seed"], zo["n_dirs"]) == (0.3, 2, seed, K - 1), zo
         assert (entry.config["success_fraction"], entry.config["success_nll"]) == (0.5, 0.5)
+    # the first edit of a bundle uses the manifest's clamp; the second (one already there) climbs
+    # the sequential clamp ladder, and the journal and the command's line say which clamp was written
+    from mobiedit.ladder import sequential_ladder
+
+    clamp = manifest["edit"]["objective"].get("clamp_norm_factor", ObjectiveConfig().clamp_norm_factor)
+    assert "clamp_norm_factor" not in first.config
+    rungs = sequential_ladder(clamp)
+    assert second.config["clamp_norm_factor"] == rungs[second.config["ladder_tries"] - 1]
+    assert f"clamp={second.config['clamp_norm_factor']:g} (rung {second.config['ladder_tries']})" in capsys.readouterr().out
+
+
+def test_a_bundle_edit_climbs_a_given_ladder_warm(bundles, tmp_path):
+    """edit_bundle's clamp_ladder: a rung too small to say anything fails, the next starts from its
+    delta (journal: the clamp written, two rungs, warm); every rung's evaluations are counted."""
+    from mobiedit.export.ops import search_bundle_edit
+
+    path = _copy(bundles["et"], tmp_path)
+    b = load_bundle(path)
+    zo = ZOConfig(estimator="fzoo", n_dirs=b.manifest["shapes"]["edit_K"] - 1, h=0.05, optimizer="adam", lr=0.5,
+                  max_steps=4, max_evals=1000, check_every=1, seed=3)
+    tiny = 1e-3
+    first = search_bundle_edit(b, b.journal(), b.keystats(), REQUEST, zo, clamp=tiny)
+    assert not first.succeeded and first.delta is not None and float(first.delta.norm()) > 0
+    warm = search_bundle_edit(b, b.journal(), b.keystats(), REQUEST, zo, clamp=4.0, start=first.delta)
+    cold = search_bundle_edit(b, b.journal(), b.keystats(), REQUEST, zo, clamp=4.0)
+    assert warm.losses != cold.losses  # the start is used
+    [res] = edit_bundle(b, [REQUEST], zo, force=True, clamp_ladder=(tiny, 4.0))
+    [entry] = Journal.open(path / "journal").entries()
+    assert (entry.config["clamp_norm_factor"], entry.config["ladder_tries"], entry.config["ladder_warm"]) == (4.0, 2, True)
+    assert res.loss_evals == first.loss_evals + warm.loss_evals and res.losses == first.losses + warm.losses
 
 
 def test_shipped_quantized_edit_programs_keep_the_loss_signal(tiny_model_dir, qdq_bundle, et_quant):

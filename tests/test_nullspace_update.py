@@ -168,23 +168,31 @@ def test_clamp_ladder_tries_the_smallest_change_first_and_counts_every_try(small
 
 
 def test_a_rung_starts_warm_only_after_a_search_that_did_not_pass():
-    from types import SimpleNamespace as NS
-
-    from mobiedit.session import ladder_start
+    from mobiedit.ladder import climb, warm_start
 
     d = torch.ones(3)
-    assert ladder_start(None, True) is None  # the first rung
-    assert ladder_start(NS(delta=d, loop_succeeded=False), True) is d
-    assert ladder_start(NS(delta=d, loop_succeeded=None), True) is d  # no write check
-    assert ladder_start(NS(delta=d, loop_succeeded=True), True) is None  # passed, write did not: cold
-    assert ladder_start(NS(delta=d, loop_succeeded=False), False) is None
-    assert ladder_start(NS(delta=None, loop_succeeded=False), True) is None
+    assert warm_start(d, False) is d and warm_start(d, None) is d  # None: no write check
+    assert warm_start(d, True) is None  # the search passed, the write did not: cold
+    assert warm_start(None, False) is None
+    tried = []
+
+    def attempt(factor, start):  # holds from factor 2 on; returns its "delta"
+        tried.append((factor, start))
+        return (factor >= 2.0, torch.full((3,), factor))
+
+    rungs = climb((1.0, 2.0, 3.0), attempt, lambda r: r[0], lambda r: warm_start(r[1], False))
+    assert [r.factor for r in rungs] == [1.0, 2.0] and [r.warm for r in rungs] == [False, True]
+    assert tried[0][1] is None and torch.equal(tried[1][1], torch.full((3,), 1.0))
+    assert len(climb((1.0, 2.0, 3.0), attempt, lambda r: False, lambda r: None)) == 3  # every rung fails
+    with pytest.raises(ValueError):
+        climb((), attempt, lambda r: True, lambda r: None)
 
 
 def test_sequential_sessions_get_the_clamp_ladder_by_default():
     from mobiedit.editing.config import ObjectiveConfig, ROMEConfig
     from mobiedit.methods.mobiedit import MobiEditConfig
-    from mobiedit.session import SEQUENTIAL_LADDER, sequential_config
+    from mobiedit.ladder import SEQUENTIAL_LADDER
+    from mobiedit.session import sequential_config
 
     for cfg in (ROMEConfig(), MobiEditConfig(objective=ObjectiveConfig(clamp_norm_factor=8.0))):
         assert sequential_config(cfg, 1) is cfg  # one edit: as configured

@@ -58,7 +58,7 @@ def run(small_fact_lm, tmp_path_factory) -> Run:
 
 
 def test_both_rows_are_written_with_their_checkpoints_and_configs(run):
-    from mobiedit.session import SEQUENTIAL_LADDER
+    from mobiedit.ladder import SEQUENTIAL_LADDER
 
     assert run.rc == 0, run.printed
     assert [r["row"] for r in run.doc["rows"]] == ["rome-plain", "rome"] == run.doc["run_rows"]

@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                  "mobiedit.sequential", "mobiedit.sequential_rows", "mobiedit.sequential_run",
                  "mobiedit.sequential_interference", "mobiedit.sequential_report", "mobiedit.sequential_plot",
                  "mobiedit.rowlog", "mobiedit.zo.bench_overhead", "mobiedit.export.bench",
-                 "mobiedit.export.bench_flags", "mobiedit.export.quality")),
+                 "mobiedit.export.bench_flags", "mobiedit.export.quality",
+                 "mobiedit.export.bench_sequential")),
     ("api", ("mobiedit.api", "mobiedit.resolve")),
     # the edit session; the exporter sits beside it, and so do the fact-LM producer and undo
     ("session", ("mobiedit.session", "mobiedit.export", "mobiedit.factlm", "mobiedit.undo")),
@@ -38,7 +39,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the algorithm: search driver and recipes, graphs, shared ROME-family steps, ZO loop, journal, metrics
     ("core", ("mobiedit.driver", "mobiedit.recipes", "mobiedit.forward", "mobiedit.editing", "mobiedit.zo",
               "mobiedit.journal", "mobiedit.journal_guard", "mobiedit.evaluate", "mobiedit.ability",
-              "mobiedit.causal_trace", "mobiedit.known", "mobiedit.stats_corpus")),
+              "mobiedit.causal_trace", "mobiedit.known", "mobiedit.stats_corpus",
+              "mobiedit.ladder")),
     # model I/O, families, requests, errors and small utilities
     ("base", ("mobiedit", "mobiedit.errors", "mobiedit.families", "mobiedit.models", "mobiedit.checkpoints",
               "mobiedit.weights_check", "mobiedit.profile", "mobiedit.requests", "mobiedit.prompts",
