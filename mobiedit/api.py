@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from .atomic import atomic_dir
+from .batch import check_batch_size, edit_batched
 from .config_io import merge
 from .errors import ConfigError
 from .evaluate import RequestScores, aggregate, pre_edit_snapshot, score_request
@@ -95,7 +96,8 @@ def _requests(requests: Sequence[EditRequest] | PathLike) -> list[EditRequest]:
 def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLike, method: str | None = None,
          config: MethodConfig | PathLike | None = None, out: PathLike | None = None, *,
          layer: int | None = None, seed: int = 0, force: bool = False, overwrite: bool = False,
-         inputs: Iterable[PathLike | None] = (), score: bool = False, progress: bool = False) -> list[EditRecord]:
+         inputs: Iterable[PathLike | None] = (), score: bool = False, progress: bool = False,
+         batch: int = 1) -> list[EditRecord]:
     """Edit ``requests`` one after another (each on the model as the previous edits left it).
 
     Args:
@@ -114,6 +116,8 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
         force: apply (and journal) edits that missed their success criterion too.
         score: fill each record's ``scores`` (the edited model against the pre-edit one).
         progress: progress bars on stderr.
+        batch: edits per solve (:mod:`mobiedit.batch`: each request searched alone, then one solve
+            meets every request of the batch at its key); 1: one edit after another.
 
     Returns:
         One :class:`~mobiedit.session.EditRecord` per request, in order: the
@@ -126,6 +130,7 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
     """
     if method is not None:
         method_entry(method)  # a bad name fails before any model work
+    check_batch_size(batch)
     lm_given = isinstance(model, LoadedModel)
     path = model.path if lm_given else _folder(model, progress=progress)
     reqs = _requests(requests)
@@ -148,14 +153,14 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
     if prior is not None:  # the nullspace rule solves new edits against the folder's earlier ones
         seed_edited_keys(lm, ctx, prior, cfg.layer)
     if out is None:
-        records = edit_sequential(lm, reqs, cfg, ctx, None, force=force, progress=progress)
+        records = _edit_all(lm, reqs, cfg, ctx, None, force, progress, batch)
     else:
         with atomic_dir(out) as tmp:
             if prior is not None:
                 prior.copy_to(tmp / "journal")
             mark_output(tmp, "edit")
             journal = Journal.open(tmp / "journal")
-            records = edit_sequential(lm, reqs, cfg, ctx, journal, force=force, progress=progress)
+            records = _edit_all(lm, reqs, cfg, ctx, journal, force, progress, batch)
             lm.model.save_pretrained(tmp, safe_serialization=True)
             lm.tokenizer.save_pretrained(tmp)
             copy_sidecars(path, tmp)
@@ -164,6 +169,14 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
         for rec, pre in zip(records, pres):
             rec.scores = score_request(lm.model, lm.tokenizer, rec.request, pre)
     return records
+
+
+def _edit_all(lm: LoadedModel, reqs: list[EditRequest], cfg, ctx, journal: Journal | None, force: bool,
+              progress: bool, batch: int) -> list[EditRecord]:
+    """:func:`~mobiedit.session.edit_sequential`, or with ``batch`` > 1 :func:`~mobiedit.batch.edit_batched`."""
+    if batch > 1:
+        return edit_batched(lm, reqs, cfg, ctx, journal, batch, force=force, progress=progress)
+    return edit_sequential(lm, reqs, cfg, ctx, journal, force=force, progress=progress)
 
 
 @dataclass

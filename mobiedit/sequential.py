@@ -100,7 +100,8 @@ def cmd_sequential(args) -> int:
     header = {"model": str(s.model_dir), "layer": s.layer, "n": s.n_edits, "checkpoints": list(s.marks)}
     base, results = None, []
     for row, cfg in configs:
-        identity = {"row": row.name, "method": row.method, "config": to_dict(cfg), **s.identity()}
+        identity = {"row": row.name, "method": row.method, "config": to_dict(cfg), **s.identity(),
+                    **({"batch": row.batch} if row.batch > 1 else {})}
         if reusable(saved.get(row.name), identity):
             print(f"row {row.name}: reused from {json_path} (same config, model, requests, edits, checkpoints, seed)",
                   flush=True)
@@ -111,7 +112,7 @@ def cmd_sequential(args) -> int:
         restore_unedited(base)
         work = args.work / row.name if args.work else None
         log.info("sequential row %s: %d edits", row.name, s.n_edits)
-        res = run_row(base, cfg, s, label=row.name, progress=not args.quiet, work=work)
+        res = run_row(base, cfg, s, label=row.name, progress=not args.quiet, work=work, batch=row.batch)
         results.append({"row": row.name, "identity": identity, **res})
         if json_path:
             save_results(json_path, header, results, saved)

@@ -11,11 +11,13 @@ Built-in rows (:data:`ROWS`):
 
 A custom row is ``NAME=METHOD[:CONFIG.yaml]``: the method's defaults with the YAML merged over them
 (:func:`mobiedit.resolve.method_config`), then the sequential ladder unless the YAML names one.
+Any row ending in ``@N`` (``rome@10``) edits in batches of N, one solve per batch
+(:mod:`mobiedit.batch`); its name keeps the suffix.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +31,15 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 class SeqRow:
     """One row: its ``name``, ``method`` (a key of :data:`mobiedit.methods.METHODS`), an optional
     YAML ``config`` merged over the method's defaults, ``overrides`` (a partial config mapping merged
-    after it) and ``single_clamp`` (the ladder is the objective's clamp alone)."""
+    after it), ``single_clamp`` (the ladder is the objective's clamp alone) and ``batch`` (edits
+    per solve, :mod:`mobiedit.batch`; 1: one after another)."""
 
     name: str
     method: str
     config: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     single_clamp: bool = False
+    batch: int = 1
 
 
 ROWS: dict[str, SeqRow] = {r.name: r for r in (
@@ -50,7 +54,8 @@ ROWS: dict[str, SeqRow] = {r.name: r for r in (
 def _row_error(message: str) -> ConfigError:
     """A ``--rows`` error whose fix lists the valid row names and the custom form."""
     return ConfigError(message, where="--rows",
-                       fix=f"use names from {sorted(ROWS)} or NAME=METHOD[:CONFIG.yaml], comma-separated")
+                       fix=f"use names from {sorted(ROWS)} or NAME=METHOD[:CONFIG.yaml], each optionally "
+                           "followed by @N (batches of N), comma-separated")
 
 
 def _method_names() -> list[str]:
@@ -61,12 +66,18 @@ def _method_names() -> list[str]:
 
 
 def parse_row(text: str) -> SeqRow:
-    """One ``--rows`` item: a built-in name, or ``NAME=METHOD[:CONFIG.yaml]``.
+    """One ``--rows`` item: a built-in name, or ``NAME=METHOD[:CONFIG.yaml]``, optionally ``@N``.
 
     Raises:
         ConfigError: unknown name, malformed custom row, or unknown method (``where="--rows"``).
     """
     text = text.strip()
+    if "@" in text:
+        head, _, size = text.rpartition("@")
+        if not size.isdigit() or int(size) < 1:
+            raise _row_error(f"row {text!r}: the batch size after '@' must be an integer >= 1")
+        row = parse_row(head)
+        return replace(row, name=f"{row.name}@{int(size)}", batch=int(size))
     if "=" not in text:
         if text not in ROWS:
             raise _row_error(f"unknown row {text!r}")

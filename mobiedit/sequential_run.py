@@ -199,6 +199,26 @@ def edit_step(session, req, i: int, force: bool, st: RowState) -> None:
     st.applied_ids.add(req.case_id)
 
 
+def batch_step(session, reqs: list, first: int, index: int, force: bool, st: RowState) -> None:
+    """Edit ``reqs`` (edits ``first``, ``first`` + 1, …) as batch ``index`` (:func:`mobiedit.batch.edit_batch`:
+    each searched alone, one solve); record each with its interference against the applied edits
+    before the batch and the batch members before it; journal ids as :func:`edit_step` keeps them."""
+    from .batch import edit_batch
+
+    recs = edit_batch(session, reqs, index, force)
+    applied = [r for r in recs if r.applied]
+    ids = [e.id for e in session.journal.entries()[-len(applied):]] if applied else []
+    by_case = dict(zip((r.request.case_id for r in applied), ids))
+    for i, rec in enumerate(recs, first):
+        out = rec.outcome
+        st.records.append(edit_record(i, rec.request, out, rec.applied, st.tracker.measure(out.u, out.w, out.key))
+                          | {"batch": index})
+        if rec.applied:
+            st.factors[by_case[rec.request.case_id]] = (out.u.detach().clone(), out.w.detach().clone())
+            st.tracker.add(out.u, out.w, out.key)
+            st.applied_ids.add(rec.request.case_id)
+
+
 def checkpoint_step(base: Baseline, st: RowState, done: int, weight: torch.Tensor) -> None:
     """Append the checkpoint row after ``done`` edits, with the summary of the edits since the last one."""
     first = st.rows[-1]["edits"] + 1 if st.rows else 1
@@ -207,12 +227,13 @@ def checkpoint_step(base: Baseline, st: RowState, done: int, weight: torch.Tenso
 
 
 def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: bool = False,
-            work: str | Path | None = None) -> dict:
+            work: str | Path | None = None, batch: int = 1) -> dict:
     """Edit ``base.edits`` sequentially with ``cfg`` (see the module docstring) from the unedited
     model, then check undo; return the table, the per-edit records and the undo check. The model is
     left unedited when the undo succeeds (:func:`restore_unedited` makes sure before the next row).
     ``work``: keep the journal in ``work/journal`` (an absent or empty folder), else a temporary one.
-    ``progress``: a bar over the edits on stderr, labelled ``label``."""
+    ``progress``: a bar over the edits on stderr, labelled ``label``. ``batch`` > 1: batches of that
+    many edits, one solve each (:func:`batch_step`); a checkpoint falls at the end of its batch."""
     from .config_io import to_dict
     from .journal import Journal, apply_factors
     from .session import EditSession, check_fits, prepare
@@ -228,12 +249,18 @@ def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: b
         check_fits(lm, base.edits, ctx)  # with the context templates' length
         session = EditSession.open(lm, cfg, ctx, journal)
         weight = session.weight(cfg.layer)
-        with tqdm(base.edits, desc=label, unit="edit", disable=not progress) as bar:
-            for i, req in enumerate(bar, 1):
-                edit_step(session, req, i, s.force, st)
+        with tqdm(total=len(base.edits), desc=label, unit="edit", disable=not progress) as bar:
+            for index, first in enumerate(range(0, len(base.edits), batch)):
+                chunk = base.edits[first:first + batch]
+                if batch == 1:
+                    edit_step(session, chunk[0], first + 1, s.force, st)
+                else:
+                    batch_step(session, chunk, first + 1, index, s.force, st)
+                done = first + len(chunk)
+                bar.update(len(chunk))
                 bar.set_postfix(applied=len(st.applied_ids), refresh=False)
-                if i in s.marks:
-                    checkpoint_step(base, st, i, weight)
+                if any(first < m <= done for m in s.marks):
+                    checkpoint_step(base, st, done, weight)
         undo = undo_check(lm.model, lm.family, journal, base, st.factors, s.n_undo, s.seed, apply_factors)
     finally:
         if tmp is not None:

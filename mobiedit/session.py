@@ -197,8 +197,9 @@ def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | Non
     check_request_lengths(lm.tokenizer, reqs, position_limit(lm.model.config), reserve)
 
 
-#: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`)
-JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm")
+#: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`;
+#: a batch edit's batch and its size, :mod:`mobiedit.batch`)
+JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm", "batch", "batch_size")
 
 
 def journal_config(out: EditOutcome) -> dict:

@@ -75,7 +75,8 @@ def test_yaml_exponents_without_a_dot_are_floats(tmp_path):
         load_yaml(ROMEConfig, y)
 
 
-@pytest.mark.parametrize("flags", [["--method", "rome"], ["--config", "x.yaml"], ["--layer", "1"], ["--out", "o"]])
+@pytest.mark.parametrize("flags", [["--method", "rome"], ["--config", "x.yaml"], ["--layer", "1"], ["--out", "o"],
+                                   ["--batch", "2"]])
 def test_edit_bundle_refuses_flags_it_would_ignore(tmp_path, flags):
     r = subprocess.run([sys.executable, "-m", "mobiedit.cli", "--quiet", "edit", "--bundle", str(tmp_path / "b"),
                         "--subject", "Paris", "--prompt", "{} is in", "--target", "Rome", *flags],

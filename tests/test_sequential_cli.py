@@ -193,7 +193,8 @@ def test_a_saved_row_whose_undo_failed_makes_the_exit_code_1(run, small_fact_lm,
     assert "undo: 0/1 random undos" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("rows, named", [("rome,nope", "'nope'"), ("x=sgd", "'sgd'"), ("rome,rome", "twice")])
+@pytest.mark.parametrize("rows, named", [("rome,nope", "'nope'"), ("x=sgd", "'sgd'"), ("rome,rome", "twice"),
+                                         ("rome@0", "batch size"), ("rome@x", "batch size")])
 def test_a_bad_rows_value_is_one_line_naming_rows(rows, named, tmp_path, capsys):
     from mobiedit.cli import main
 
@@ -202,3 +203,22 @@ def test_a_bad_rows_value_is_one_line_naming_rows(rows, named, tmp_path, capsys)
     assert len(err) == 1 and err[0].startswith("mobiedit: error: --rows:") and named in err[0], err
     assert "rome-plain" in err[0]  # the valid names are listed
     assert not (tmp_path / "sequential.json").exists()
+
+
+def test_a_batch_row_solves_its_edits_together_and_undoes_bit_exactly(run, small_fact_lm, tmp_path, capsys):
+    """``rome@3``: the 3 edits searched alone, one solve (mobiedit.batch), one checkpoint at its end;
+    every edit journaled, the undo check bit-exact; the row's identity carries the batch size."""
+    from mobiedit.cli import main
+    from mobiedit.sequential_rows import parse_row
+
+    assert parse_row("rome@3").batch == 3 and parse_row("x=rome@2").name == "x@2"
+    args = _args(small_fact_lm, run.requests, tmp_path / "b")
+    args[args.index("rome-plain,rome")] = "rome@3"
+    assert main(["--quiet", "sequential", *args]) == 0
+    (row,) = json.loads((tmp_path / "b" / "sequential.json").read_text())["rows"]
+    assert row["row"] == "rome@3" and row["identity"]["batch"] == 3
+    assert [r["batch"] for r in row["edits"]] == [0, 0, 0] and [t["edits"] for t in row["table"]] == [3]
+    assert row["undo"]["bit_exact"] == row["undo"]["random_undos"] == 1
+    applied = [r for r in row["edits"] if r["applied"]]
+    assert applied and applied[0]["moves_earlier_max"] is None and all(r["moves_earlier_max"] is not None for r in applied[1:])
+    assert "rome@3" in capsys.readouterr().out

@@ -22,6 +22,9 @@ def add_edit(sp: argparse.ArgumentParser) -> None:
                     help="search seed (default 0; with --bundle: the seed of the bundle's recipe)")
     sp.add_argument("--force", action="store_true", help="apply edits that missed their success criterion")
     sp.add_argument("--bundle", help="edit a phone bundle through its edit program instead")
+    sp.add_argument("--batch", type=int, default=1,
+                    help="edits per solve: each request searched alone, then one solve meets every request of "
+                         "the batch at its key (MEMIT/AlphaEdit form; default 1: one edit after another)")
     sp.add_argument("--overwrite", action="store_true",
                     help="replace a non-empty --out folder that is not a previous `mobiedit edit` output")
 
@@ -30,7 +33,7 @@ def _bundle_edit(args: argparse.Namespace) -> int:
     from ..export.cli import bundle_edit
 
     for flag, given in (("--method", args.method != "mobiedit"), ("--config", args.config),
-                        ("--layer", args.layer is not None), ("--out", args.out)):
+                        ("--layer", args.layer is not None), ("--out", args.out), ("--batch", args.batch != 1)):
         if given:
             raise ConfigError(f"{flag} does not apply to a bundle edit", where=flag,
                               fix="drop it: a bundle is edited in place by its own forward-only edit program, "
@@ -58,11 +61,12 @@ def cmd_edit(args: argparse.Namespace) -> int:
     reqs = load_cli_requests(args)
     records = api.edit(model_dir, reqs, args.method, args.config, args.out, layer=args.layer, seed=args.seed,
                        force=args.force, overwrite=args.overwrite, inputs=(args.requests,), score=True,
-                       progress=not args.quiet)
+                       progress=not args.quiet, batch=args.batch)
     failed = [r for r in records if not r.applied]
     for r in records:
         o = r.outcome
         check = "" if o.loop_succeeded is None else f" edited-model-check={'pass' if o.succeeded else 'FAIL'}"
+        check += f" batch={o.config['batch']}" if "batch" in o.config else ""
         print(f"{term_safe(r.request.case_id)}: {o.status} applied={r.applied} loss_evals={o.loss_evals} "
               f"wall={o.wall_time:.2f}s{check}")
     print(format_table(aggregate([r.scores for r in records]),

@@ -1,5 +1,5 @@
 """The rank-one update of ROME: ΔW = u wᵀ with u = v* − W k_cur and w = C⁻¹k̄ / (k_cur · C⁻¹k̄),
-the null-space variant of it, and the one write of an update into a weight (:func:`apply_factors`,
+the null-space variant of it, the batch solve that meets N such edits at once, and the one write of an update into a weight (:func:`apply_factors`,
 used by the session, the journal's replay/undo/bake, verify-after-write and the demo)."""
 from __future__ import annotations
 
@@ -77,6 +77,25 @@ def rank_one_factors(k_cur: torch.Tensor, out_cur: torch.Tensor, v_star: torch.T
         raise NumericalError("non-finite or degenerate rank-one factors", where="rank-one update",
                              fix="check the key statistics and the value search")
     return u.float(), (c_inv_k.double() / denom).float()
+
+
+def batch_factors(k_cur: torch.Tensor, w: torch.Tensor, deltas: torch.Tensor, max_cond: float = 1e8) -> torch.Tensor:
+    """The ``u`` rows of one batch solve (MEMIT/AlphaEdit form, exact at every key): N edits with
+    plain-prompt keys ``k_cur`` [N, d_in], ROME directions ``w`` [N, d_in] (each request's own
+    ``w``, any scale) and value changes ``deltas`` [N, d_out] get ``ΔW = Σ_j u_j w_jᵀ`` with
+    ``ΔW k_cur_i = δ_i`` for every i: ``U = G⁻¹ Δ``, ``G_ij = k_cur_i · w_j``. With one edit (or
+    keys each direction ignores) ``G = I`` and ``U = Δ``: N separate ROME edits. Returns U [N, d_out]
+    float32; the update stays a sum of rank-one terms (journal entries, bundle slots).
+
+    Raises NumericalError when ``G`` is singular or worse conditioned than ``max_cond`` (two
+    requests of the batch share a key — the same subject — and cannot both be met)."""
+    g = k_cur.double() @ w.double().T
+    cond = float(torch.linalg.cond(g))
+    if not cond < max_cond:
+        raise NumericalError(f"the batch's key system is singular (condition number {cond:.3g}): two of its "
+                             "requests share a key", where="batch",
+                             fix="put requests about the same subject in different batches (or edit them one by one)")
+    return torch.linalg.solve(g, deltas.double()).float()
 
 
 def apply_factors(weight: torch.Tensor, u: torch.Tensor, w: torch.Tensor,

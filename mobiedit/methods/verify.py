@@ -48,6 +48,29 @@ class WriteCheck:
         return asdict(self)
 
 
+def _model_rows(lm: LoadedModel, inputs, layer: int, objective: ObjectiveConfig,
+                kl_ref: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(losses [1], correct [1, rows]) of ``lm.model`` as it stands on an edit's ``inputs``, no delta.
+    The forward is split at layer l (prefix reuse is exact) so that its read-out goes by vocabulary
+    slices: a full forward's logits at every position would be rows × tokens × vocabulary floats
+    (334 MB at the 0.5B shape). ``kl_ref``: the KL reference to score against (default: this model's)."""
+    state = compute_prefix_state(lm.model, lm.family, layer, inputs)
+    if kl_ref is not None:
+        state = dataclasses.replace(state, kl_ref=kl_ref)
+    return PrefixGraph(lm.model, lm.family, state, objective)(
+        torch.zeros(1, state.h_suffix.shape[-1], device=state.h_suffix.device))
+
+
+def says_now(lm: LoadedModel, req: EditRequest, ctx: ModelContext, objective: ObjectiveConfig, layer: int,
+             success_fraction: float) -> bool:
+    """Whether ``lm.model`` as it stands says ``req``'s new fact:
+    :func:`~mobiedit.editing.objective.edit_holds` on its rewrite rows (the verdict of a batch
+    written at once, where no single edit's factors can be applied and removed)."""
+    inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, objective)
+    _, correct = _model_rows(lm, inputs, layer, objective)
+    return bool(edit_holds(full_rows(correct[0], inputs.target_len), success_fraction))
+
+
 def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: ModelContext, objective: ObjectiveConfig,
                   success_fraction: float, success_nll: float | None) -> WriteCheck:
     """Apply ``out``'s factors to ``lm.model``, judge, restore. ``success_nll`` None: the rule is
@@ -64,12 +87,7 @@ def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: Mode
     try:
         with torch.no_grad():
             weight.copy_(apply_factors(weight, out.u, out.w, fam.weight_out_in))
-        # the edited model's forward, split at layer l (prefix reuse is exact) so that its read-out
-        # goes by vocabulary slices: a full forward's logits at every position would be
-        # rows × tokens × vocabulary floats (334 MB at the 0.5B shape); the KL reference stays the unedited model's
-        edited = dataclasses.replace(compute_prefix_state(lm.model, fam, layer, inputs), kl_ref=state.kl_ref)
-        losses, correct = PrefixGraph(lm.model, fam, edited, objective)(
-            torch.zeros(1, state.h_suffix.shape[-1], device=state.h_suffix.device))
+        losses, correct = _model_rows(lm, inputs, layer, objective, state.kl_ref)
     finally:
         with torch.no_grad():
             weight.copy_(saved)
