@@ -207,11 +207,12 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
 
 
 def climb_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
-                      success_fraction: float, success_nll: float, backend: str, ladder: tuple[float, ...]
-                      ) -> tuple[BundleSearch, dict]:
+                      success_fraction: float, success_nll: float, backend: str, ladder: tuple[float, ...],
+                      warm: bool = False) -> tuple[BundleSearch, dict]:
     """:func:`search_bundle_edit` once (``ladder`` empty: the manifest's clamp), or climbing the
-    clamp ladder (:func:`mobiedit.ladder.climb`, warm rungs). Returns the last search, with every
-    rung's evaluations and losses summed in, and what the journal records of the ladder."""
+    clamp ladder (:func:`mobiedit.ladder.climb`; ``warm``: a rung starts from the previous rung's
+    delta, :func:`mobiedit.ladder.warm_start`, else from zero as the eager default). Returns the last
+    search, with every rung's evaluations and losses summed in, and what the journal records of the ladder."""
     if not ladder:
         return search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend), {}
 
@@ -219,7 +220,8 @@ def climb_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequ
         return search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
                                   clamp=factor, start=start)
 
-    rungs = climb(ladder, attempt, lambda f: f.succeeded, lambda f: warm_start(f.delta, f.loop_succeeded))
+    rungs = climb(ladder, attempt, lambda f: f.succeeded,
+                  lambda f: warm_start(f.delta, f.loop_succeeded) if warm else None)
     last = rungs[-1]
     found = dataclasses.replace(last.result, loss_evals=sum(r.result.loss_evals for r in rungs),
                                 losses=[x for r in rungs for x in r.result.losses])
@@ -235,7 +237,7 @@ def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None
 
 def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
               success_fraction: float, success_nll: float, force: bool, backend: str,
-              clamp_ladder: tuple[float, ...] | None) -> BundleEditResult:
+              clamp_ladder: tuple[float, ...] | None, warm: bool = False) -> BundleEditResult:
     t0 = time.perf_counter()
     m = b.manifest
     if clamp_ladder is None:  # the default: a ladder once the bundle carries or will carry two edits
@@ -243,7 +245,7 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
         clamp = ObjectiveConfig(**m["edit"]["objective"]).clamp_norm_factor
         clamp_ladder = sequential_ladder(clamp) if needs_ladder(n) else ()
     found, ladder = climb_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
-                                      clamp_ladder)
+                                      clamp_ladder, warm)
     succeeded, u, w, zcfg = found.succeeded, found.u, found.w, found.zo
     hist = found.losses
     entry = None
@@ -267,7 +269,7 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,
                 success_fraction: float | None = None, success_nll: float | None = None, force: bool = False,
                 backend: str = "native", lock_timeout: float = DEFAULT_TIMEOUT,
-                clamp_ladder: tuple[float, ...] | None = None) -> list[BundleEditResult]:
+                clamp_ladder: tuple[float, ...] | None = None, warm_ladder: bool = False) -> list[BundleEditResult]:
     """Edit ``requests`` one after another through the bundle's prefix + edit programs.
 
     The search (``zo``) and the success thresholds default to the bundle's recipe (manifest
@@ -278,7 +280,8 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     unless ``force``. ``clamp_ladder`` (clamp factors, smallest first; ``()``: the manifest's clamp
     only) defaults to :func:`mobiedit.ladder.sequential_ladder` of the manifest's clamp whenever
     the bundle will carry more than one edit (journal's active edits + this one), as a sequential
-    eager session does (:func:`mobiedit.session.sequential_config`). Raises BundleError when a request does not fit the programs' shapes,
+    eager session does (:func:`mobiedit.session.sequential_config`); ``warm_ladder`` starts each rung
+    from the previous rung's delta (``update.ladder_warm_start``, off by default). Raises BundleError when a request does not fit the programs' shapes,
     NumericalError on NaN/Inf.
 
     Each request holds the journal's write lock (:func:`mobiedit.journal_lock.journal_lock`) from
@@ -299,7 +302,7 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
         with journal_lock(b.path / JOURNAL, lock_timeout):
             journal = b.journal()  # re-read under the lock: another writer may have changed it
             results.append(_edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend,
-                                     clamp_ladder))
+                                     clamp_ladder, warm_ladder))
     return results
 
 

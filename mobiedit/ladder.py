@@ -3,9 +3,11 @@ value change that the edited model says, shared by the eager session
 (:func:`mobiedit.session.run_method`) and the bundle path (:func:`mobiedit.export.ops.edit_bundle`).
 
 An edit is tried with its value change clamped to each factor of the ladder in turn, smallest
-first, until the written edit holds. A rung after the first starts its search from the previous
-rung's delta — it lies inside the smaller clamp, so inside this one — unless that search passed its
-own check and only the write failed (the same start would stop at once at the same delta).
+first, until the written edit holds. Each rung searches from δ = 0; with warm rungs
+(``update.ladder_warm_start``, off by default: over 50 sequential edits no cheaper and a little
+worse, docs/reliability.md) a rung after the first starts from the previous rung's delta — inside
+the smaller clamp, so inside this one — unless that search passed its own check and only the write
+failed (the same start would stop at once at the same delta).
 
 Why smaller changes first: on the fact LM a plain ROME edit at the full clamp moves earlier edits'
 outputs most; the ladder kept 100 sequential edits' locality at 95 % where one clamp lost half

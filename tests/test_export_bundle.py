@@ -268,8 +268,8 @@ def test_the_manifest_recipe_is_what_bundle_edits_use(bundles, tmp_path, capsys)
 
 
 def test_a_bundle_edit_climbs_a_given_ladder_warm(bundles, tmp_path):
-    """edit_bundle's clamp_ladder: a rung too small to say anything fails, the next starts from its
-    delta (journal: the clamp written, two rungs, warm); every rung's evaluations are counted."""
+    """edit_bundle's clamp_ladder with warm rungs: a rung too small to say anything fails, the next
+    starts from its delta (journal: the clamp written, two rungs, warm); every rung's evaluations are counted."""
     from mobiedit.export.ops import search_bundle_edit
 
     path = _copy(bundles["et"], tmp_path)
@@ -282,7 +282,7 @@ def test_a_bundle_edit_climbs_a_given_ladder_warm(bundles, tmp_path):
     warm = search_bundle_edit(b, b.journal(), b.keystats(), REQUEST, zo, clamp=4.0, start=first.delta)
     cold = search_bundle_edit(b, b.journal(), b.keystats(), REQUEST, zo, clamp=4.0)
     assert warm.losses != cold.losses  # the start is used
-    [res] = edit_bundle(b, [REQUEST], zo, force=True, clamp_ladder=(tiny, 4.0))
+    [res] = edit_bundle(b, [REQUEST], zo, force=True, clamp_ladder=(tiny, 4.0), warm_ladder=True)
     [entry] = Journal.open(path / "journal").entries()
     assert (entry.config["clamp_norm_factor"], entry.config["ladder_tries"], entry.config["ladder_warm"]) == (4.0, 2, True)
     assert res.loss_evals == first.loss_evals + warm.loss_evals and res.losses == first.losses + warm.losses

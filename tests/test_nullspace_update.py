@@ -143,16 +143,16 @@ def test_clamp_ladder_tries_the_smallest_change_first_and_counts_every_try(small
     at = lambda c: dataclasses.replace(base, objective=ObjectiveConfig(clamp_norm_factor=c))  # noqa: E731
     first, last = run_once(lm, req, at(tiny), ctx), run_once(lm, req, at(4.0), ctx)
     assert not first.succeeded and last.succeeded
-    cold = UpdateConfig(clamp_ladder=(tiny, 4.0), ladder_warm_start=False)
-    out = run_method(lm, req, dataclasses.replace(base, update=cold), ctx)
+    out = run_method(lm, req, dataclasses.replace(base, update=UpdateConfig(clamp_ladder=(tiny, 4.0))), ctx)  # cold
     assert out.succeeded and out.config["clamp_norm_factor"] == 4.0  # the first rung failed, the second held
     assert out.config["ladder_tries"] == 2 and not out.config["ladder_warm"]
     assert torch.allclose(out.u, last.u) and torch.allclose(out.w, last.w)
     assert out.loss_evals == first.loss_evals + last.loss_evals
     assert out.backward_calls == first.backward_calls + last.backward_calls
     assert len(out.losses) == len(first.losses) + len(last.losses)
-    # warm (the default): the second rung starts from the first rung's delta, not from zero
-    warm = run_method(lm, req, dataclasses.replace(base, update=UpdateConfig(clamp_ladder=(tiny, 4.0))), ctx)
+    # warm (update.ladder_warm_start): the second rung starts from the first rung's delta, not from zero
+    warm_cfg = UpdateConfig(clamp_ladder=(tiny, 4.0), ladder_warm_start=True)
+    warm = run_method(lm, req, dataclasses.replace(base, update=warm_cfg), ctx)
     resumed = run_once(lm, req, at(4.0), ctx, start=first.delta)
     assert warm.config["ladder_warm"] and first.delta is not None and float(first.delta.norm()) > 0
     assert torch.equal(warm.u, resumed.u) and warm.loss_evals == first.loss_evals + resumed.loss_evals

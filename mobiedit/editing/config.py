@@ -87,10 +87,11 @@ class UpdateConfig:
     clamp_ladder: tuple[float, ...] = ()  # sequential safety (issue 16): try the edit with the value
                                 # change clamped to each factor in turn (objective.clamp_norm_factor),
                                 # keep the first the edited model says; () = the objective's clamp only
-    ladder_warm_start: bool = True  # a rung after the first starts its search from the previous
+    ladder_warm_start: bool = False  # a rung after the first starts its search from the previous
                                 # rung's delta (inside the smaller clamp, so inside this one) instead
                                 # of δ = 0; cold when the previous rung's search passed but its
-                                # write did not (the same start would stop at the same delta)
+                                # write did not. Off: measured no cheaper and a little worse over 50
+                                # sequential edits (docs/reliability.md, "Warm rungs")
 
     def __post_init__(self) -> None:
         if isinstance(self.clamp_ladder, list):
