@@ -32,6 +32,7 @@ from mobiedit.editing.objective import edit_holds, full_rows, within_margin
 from mobiedit.recipes import EditRecipe, SuccessCriterion
 from mobiedit.zo import ZOConfig, run_zo
 from mobiedit.zo.estimators import distinct_rows_per_step
+from mobiedit.zo.optim import clamp_norm
 
 __all__ = ["EditGraph", "ValueSearch", "success_holds", "search_value"]
 
@@ -103,11 +104,8 @@ def start_point(start: torch.Tensor | None, scale: float, max_norm: float, d: in
     (zeros without ``start``)."""
     if start is None:
         return np.zeros(d, dtype=np.float32)
-    x = start.detach().double().cpu().reshape(-1) / scale
-    norm = float(x.norm())
-    if norm > max_norm:
-        x = x * (max_norm / norm)
-    return x.float().numpy().copy()
+    x = (start.detach().double().cpu().reshape(-1) / scale).float().numpy()
+    return np.array(clamp_norm(x, max_norm), dtype=np.float32)
 
 
 def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveConfig, recipe: EditRecipe,

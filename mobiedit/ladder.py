@@ -10,8 +10,8 @@ the smaller clamp, so inside this one — unless that search passed its own chec
 failed (the same start would stop at once at the same delta).
 
 Why smaller changes first: on the fact LM a plain ROME edit at the full clamp moves earlier edits'
-outputs most; the ladder kept 100 sequential edits' locality at 95 % where one clamp lost half
-(docs/reliability.md, "Why, measured").
+outputs most; after 50 sequential edits the ladder kept locality at 95 % where one clamp kept 55 %
+(fact LM, docs/reliability.md, "Why, measured").
 """
 from __future__ import annotations
 
@@ -21,21 +21,26 @@ from typing import Callable, Generic, Sequence, TypeVar
 import torch
 
 #: the ladder of a session that leaves more than one edit on one model, as fractions of the
-#: objective's clamp
+#: objective's clamp (a bundle carries its own in its recipe, ``recipe.ladder.fractions``, written
+#: from this at export)
 SEQUENTIAL_LADDER = (0.5, 0.75, 1.0)
+#: the number of edits on one model (its own included) from which an edit climbs the ladder by
+#: default (a bundle's ``recipe.ladder.from_edits``)
+LADDER_FROM_EDITS = 2
 
 T = TypeVar("T")
 
 
-def sequential_ladder(clamp: float) -> tuple[float, ...]:
-    """:data:`SEQUENTIAL_LADDER` × ``clamp`` (the objective's ``clamp_norm_factor``)."""
-    return tuple(f * clamp for f in SEQUENTIAL_LADDER)
+def sequential_ladder(clamp: float, fractions: Sequence[float] = SEQUENTIAL_LADDER) -> tuple[float, ...]:
+    """``fractions`` (default :data:`SEQUENTIAL_LADDER`) × ``clamp`` (the objective's
+    ``clamp_norm_factor``)."""
+    return tuple(f * clamp for f in fractions)
 
 
-def needs_ladder(edits_on_model: int) -> bool:
+def needs_ladder(edits_on_model: int, from_edits: int = LADDER_FROM_EDITS) -> bool:
     """Whether a session that leaves ``edits_on_model`` edits on one model (its own and those
-    already there) climbs the ladder by default: more than one."""
-    return edits_on_model > 1
+    already there) climbs the ladder by default: from ``from_edits`` on (default two)."""
+    return edits_on_model >= from_edits
 
 
 def warm_start(delta: torch.Tensor | None, loop_passed: bool | None) -> torch.Tensor | None:

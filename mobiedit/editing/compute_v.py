@@ -13,6 +13,7 @@ from ..hooks import add_at_positions, record, rewrite_output
 from .config import ObjectiveConfig, ROMEConfig
 from .context import EditInputs
 from .objective import edit_holds, full_rows, kl_keep, kl_logprobs, rows_correct, value_loss
+from ..driver import start_point
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,7 @@ def adam_value_search(loss_fn: LossFn, v_init: torch.Tensor, cfg: ROMEConfig,
     max_norm = cfg.objective.clamp_norm_factor * v_init.norm() / scale
     z = torch.zeros_like(v_init)  # delta = scale * z
     if start is not None:
-        z = (start.detach().to(v_init) / scale).clone()
-        if z.norm() > max_norm:
-            z.mul_(max_norm / z.norm())
+        z = torch.from_numpy(start_point(start, float(scale), float(max_norm), v_init.numel())).to(v_init)
     z.requires_grad_(True)
     opt = torch.optim.Adam([z], lr=cfg.lr)
     losses: list[float] = []
