@@ -240,10 +240,12 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
               clamp_ladder: tuple[float, ...] | None, warm: bool = False) -> BundleEditResult:
     t0 = time.perf_counter()
     m = b.manifest
-    if clamp_ladder is None:  # the default: a ladder once the bundle carries or will carry two edits
+    if clamp_ladder is None:  # the recipe's ladder once the bundle carries or will carry from_edits edits
         n = len(journal.entries(active_only=True)) + 1
         clamp = ObjectiveConfig(**m["edit"]["objective"]).clamp_norm_factor
-        clamp_ladder = sequential_ladder(clamp) if needs_ladder(n) else ()
+        recipe = recipe_of(m)
+        needed = needs_ladder(n, recipe.ladder_from_edits)
+        clamp_ladder = sequential_ladder(clamp, recipe.ladder) if needed else ()
     found, ladder = climb_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
                                       clamp_ladder, warm)
     succeeded, u, w, zcfg = found.succeeded, found.u, found.w, found.zo
@@ -278,8 +280,9 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     success criterion (``mobiedit.editing.objective.edit_holds`` with ``success_fraction``, and the
     loss minus decay at most ``success_nll``, as ``mobiedit_edit``) within budget is not applied
     unless ``force``. ``clamp_ladder`` (clamp factors, smallest first; ``()``: the manifest's clamp
-    only) defaults to :func:`mobiedit.ladder.sequential_ladder` of the manifest's clamp whenever
-    the bundle will carry more than one edit (journal's active edits + this one), as a sequential
+    only) defaults to the recipe's ladder (``recipe.ladder.fractions`` × the manifest's clamp,
+    :func:`mobiedit.ladder.sequential_ladder`) whenever the bundle will carry at least
+    ``recipe.ladder.from_edits`` edits (journal's active edits + this one), as a sequential
     eager session does (:func:`mobiedit.session.sequential_config`); ``warm_ladder`` starts each rung
     from the previous rung's delta (``update.ladder_warm_start``, off by default). Raises BundleError when a request does not fit the programs' shapes,
     NumericalError on NaN/Inf.

@@ -9,7 +9,14 @@ the manifest's recipe (:func:`recipe_of`): ``mobiedit edit --bundle``, :mod:`.qu
 
 Manifest form (docs/bundle_format.md)::
 
-    "recipe": {"zo": {every ZOConfig field but max_norm}, "success": {"fraction": 0.75, "nll": 0.5}}
+    "recipe": {"zo": {every ZOConfig field but max_norm}, "success": {"fraction": 0.75, "nll": 0.5},
+               "ladder": {"fractions": [0.5, 0.75, 1.0], "from_edits": 2}}
+
+``ladder`` (optional; absent in bundles exported before session 15: :mod:`mobiedit.ladder`'s
+defaults): the clamp ladder (:func:`mobiedit.ladder.climb`) — an edit that leaves at least
+``from_edits`` edits on the bundle tries its value change clamped to each fraction of
+``edit.objective.clamp_norm_factor`` in turn, smallest first, and keeps the first whose written
+edit holds; ``fractions: [1.0]`` turns it off.
 
 ``max_norm`` is not part of it: hosts clamp ``‖z‖`` to ``edit.objective.clamp_norm_factor · √d``.
 Bundles exported before the recipe was written (same ``format_version`` 1) have no ``recipe``;
@@ -25,7 +32,9 @@ import logging
 import math
 from dataclasses import dataclass
 
+from mobiedit.editing.config import check_ladder
 from mobiedit.errors import BundleError, ConfigError
+from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
 from mobiedit.recipes import FZOO, check_fraction, check_nll
 from mobiedit.zo import ZOConfig
 
@@ -35,6 +44,8 @@ log = logging.getLogger(__name__)
 ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig) if f.name != "max_norm")
 _KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
 SUCCESS_FIELDS = ("fraction", "nll")
+LADDER_FIELDS = ("fractions", "from_edits")
+MAX_RUNGS = 8  # a ladder's rungs at most (each rung is a whole search)
 MAX_SEED = 2**63 - 1  # every host holds the seed in a signed 64-bit integer (Java's long)
 FIX = "re-export the bundle with `mobiedit export` (it writes the shipped recipe)"
 
@@ -42,19 +53,24 @@ FIX = "re-export the bundle with `mobiedit export` (it writes the shipped recipe
 @dataclass(frozen=True)
 class Recipe:
     """How a bundle's edits are searched (``zo``) and judged (``success_fraction``,
-    ``success_nll``: :func:`mobiedit.editing.objective.edit_holds` plus the loss margin).
+    ``success_nll``: :func:`mobiedit.editing.objective.edit_holds` plus the loss margin), and when
+    an edit climbs the clamp ladder (``ladder``: fractions of the objective's clamp, smallest
+    first; ``ladder_from_edits``: from how many edits on the bundle, its own included).
     ``from_manifest``: False when the manifest had no recipe (the shipped one was used)."""
 
     zo: ZOConfig
     success_fraction: float
     success_nll: float
     from_manifest: bool = True
+    ladder: tuple[float, ...] = SEQUENTIAL_LADDER
+    ladder_from_edits: int = LADDER_FROM_EDITS
 
     def as_manifest(self) -> dict:
         """The manifest's ``recipe`` object."""
         zo = self.zo.as_dict()
         return {"zo": {k: zo[k] for k in ZO_FIELDS},
-                "success": {"fraction": self.success_fraction, "nll": self.success_nll}}
+                "success": {"fraction": self.success_fraction, "nll": self.success_nll},
+                "ladder": {"fractions": list(self.ladder), "from_edits": self.ladder_from_edits}}
 
 
 def shipped_recipe(K: int) -> Recipe:
@@ -78,14 +94,14 @@ def _fail(where: str, field: str, msg: str, fix: str = FIX) -> BundleError:
     return BundleError(msg[:300], where=f"{where}, field '{field}'"[:400], fix=fix)
 
 
-def _section(value, where: str, field: str, names: tuple[str, ...]) -> dict:
-    """``value`` as a JSON object with exactly the keys ``names``."""
+def _section(value, where: str, field: str, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    """``value`` as a JSON object with exactly the keys ``names`` (and any of ``optional``)."""
     if not isinstance(value, dict):
         raise _fail(where, field, f"must be a JSON object, got {type(value).__name__}")
     for key in value:
-        if key not in names:
+        if key not in names + optional:
             raise _fail(where, f"{field}.{str(key)[:40]}", "unknown field",
-                        fix=f"use only {', '.join(names)} (or upgrade mobiedit if a newer exporter wrote it)")
+                        fix=f"use only {', '.join(names + optional)} (or upgrade mobiedit if a newer exporter wrote it)")
     for key in names:
         if key not in value:
             raise _fail(where, f"{field}.{key}", "missing field")
@@ -110,7 +126,7 @@ def check_recipe(raw, where: str) -> Recipe:
     Every problem is a :class:`BundleError` naming ``recipe.zo.<field>`` / ``recipe.success.<field>``:
     unknown or missing fields, wrong types, values :class:`ZOConfig` refuses, a seed past 2^63 − 1.
     (The size of the directions' buffer is checked with the other buffers, in :mod:`.manifest_check`.)"""
-    r = _section(raw, where, "recipe", ("zo", "success"))
+    r = _section(raw, where, "recipe", ("zo", "success"), optional=("ladder",))
     zo_raw = _section(r["zo"], where, "recipe.zo", ZO_FIELDS)
     for key in ZO_FIELDS:
         value = zo_raw[key]
@@ -136,4 +152,26 @@ def check_recipe(raw, where: str) -> Recipe:
             check(s[key], f"recipe.success.{key}")
         except ConfigError as e:
             raise _fail(where, f"recipe.success.{key}", e.message, fix=e.fix or FIX) from None
-    return Recipe(zo, float(s["fraction"]), float(s["nll"]))
+    ladder, from_edits = _ladder(r["ladder"], where) if "ladder" in r else (SEQUENTIAL_LADDER, LADDER_FROM_EDITS)
+    return Recipe(zo, float(s["fraction"]), float(s["nll"]), ladder=ladder, ladder_from_edits=from_edits)
+
+
+def _ladder(raw, where: str) -> tuple[tuple[float, ...], int]:
+    """A recipe's ``ladder``: 1 to :data:`MAX_RUNGS` increasing positive fractions, and
+    ``from_edits`` ≥ 1 (``check_ladder``, the rule of ``update.clamp_ladder``)."""
+    lad = _section(raw, where, "recipe.ladder", LADDER_FIELDS)
+    fractions = lad["fractions"]
+    if not isinstance(fractions, list) or not 1 <= len(fractions) <= MAX_RUNGS:
+        raise _fail(where, "recipe.ladder.fractions", f"must be a list of 1 to {MAX_RUNGS} numbers",
+                    fix="e.g. [0.5, 0.75, 1.0] (fractions of edit.objective.clamp_norm_factor), or [1.0] for none")
+    for i, f in enumerate(fractions):
+        _number(f, where, f"recipe.ladder.fractions[{i}]", False)
+    try:
+        check_ladder(fractions, "recipe.ladder.fractions", "e.g. [0.5, 0.75, 1.0] (smallest first)")
+    except ConfigError as e:
+        raise _fail(where, "recipe.ladder.fractions", e.message, fix=e.fix or FIX) from None
+    _number(lad["from_edits"], where, "recipe.ladder.from_edits", True)
+    if not 1 <= lad["from_edits"] <= MAX_SEED:
+        raise _fail(where, "recipe.ladder.from_edits", f"{lad['from_edits']} must be at least 1",
+                    fix="e.g. 2 (climb once the bundle carries two edits)")
+    return tuple(float(f) for f in fractions), int(lad["from_edits"])

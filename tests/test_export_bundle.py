@@ -245,6 +245,7 @@ def test_the_manifest_recipe_is_what_bundle_edits_use(bundles, tmp_path, capsys)
     assert manifest["recipe"] == shipped_recipe(K).as_manifest() and manifest["recipe"]["zo"]["n_dirs"] == K - 1
     manifest["recipe"]["zo"].update(lr=0.3, max_steps=2, seed=5)
     manifest["recipe"]["success"]["fraction"] = 0.5
+    manifest["recipe"]["ladder"] = {"fractions": [0.3, 1.0], "from_edits": 2}  # not the default ladder
     (path / "manifest.json").write_text(json.dumps(manifest))  # not a checksummed file
     [res] = edit_bundle(path, [REQUEST], force=True)
     assert res.applied and len(res.losses) <= 2
@@ -257,12 +258,12 @@ def test_the_manifest_recipe_is_what_bundle_edits_use(bundles, tmp_path, capsys)
         assert (zo["lr"], zo["max_steps"], zo["seed"], zo["n_dirs"]) == (0.3, 2, seed, K - 1), zo
         assert (entry.config["success_fraction"], entry.config["success_nll"]) == (0.5, 0.5)
     # the first edit of a bundle uses the manifest's clamp; the second (one already there) climbs
-    # the sequential clamp ladder, and the journal and the command's line say which clamp was written
+    # the recipe's clamp ladder, and the journal and the command's line say which clamp was written
     from mobiedit.ladder import sequential_ladder
 
     clamp = manifest["edit"]["objective"].get("clamp_norm_factor", ObjectiveConfig().clamp_norm_factor)
     assert "clamp_norm_factor" not in first.config
-    rungs = sequential_ladder(clamp)
+    rungs = sequential_ladder(clamp, (0.3, 1.0))
     assert second.config["clamp_norm_factor"] == rungs[second.config["ladder_tries"] - 1]
     assert f"clamp={second.config['clamp_norm_factor']:g} (rung {second.config['ladder_tries']})" in capsys.readouterr().out
 

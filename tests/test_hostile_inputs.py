@@ -100,6 +100,19 @@ def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
     ("recipe.success.fraction", 1.5, "recipe.success.fraction"),
     ("recipe.success.nll", 0, "recipe.success.nll"),
     ("recipe.success.nll", True, "recipe.success.nll"),
+    ("recipe.ladder", [0.5, 1.0], "recipe.ladder"),
+    ("recipe.ladder.rungs", 3, "recipe.ladder.rungs"),
+    ("recipe.ladder.from_edits", KeyError, "recipe.ladder.from_edits"),
+    ("recipe.ladder.fractions", [], "recipe.ladder.fractions"),
+    ("recipe.ladder.fractions", 0.5, "recipe.ladder.fractions"),
+    ("recipe.ladder.fractions", [0.1 * i for i in range(1, 10)], "recipe.ladder.fractions"),
+    ("recipe.ladder.fractions", [1.0, 0.5], "recipe.ladder.fractions"),
+    ("recipe.ladder.fractions", [0.5, 0.5], "recipe.ladder.fractions"),
+    ("recipe.ladder.fractions", [0.0, 1.0], "recipe.ladder.fractions"),
+    ("recipe.ladder.fractions", [0.5, "1"], "recipe.ladder.fractions[1]"),
+    ("recipe.ladder.fractions", [0.5, 10**400], "recipe.ladder.fractions[1]"),
+    ("recipe.ladder.from_edits", 0, "recipe.ladder.from_edits"),
+    ("recipe.ladder.from_edits", 2.0, "recipe.ladder.from_edits"),
 ])
 def test_every_manifest_section_is_validated(tmp_path, path, value, field):
     m = valid_manifest(tmp_path)
@@ -126,6 +139,17 @@ def test_the_recipe_comes_from_the_manifest_else_the_shipped_one(tmp_path):
     r = recipe_of(read_manifest(tmp_path))
     assert (r.zo.lr, r.zo.n_dirs, r.zo.seed, r.success_fraction, r.success_nll, r.from_manifest) == \
         (0.3, 8, 5, 0.5, 0.5, True)
+    m["recipe"]["ladder"] = {"fractions": [0.25, 0.5, 1], "from_edits": 3}
+    _write(tmp_path, m)
+    r = recipe_of(read_manifest(tmp_path))
+    assert (r.ladder, r.ladder_from_edits) == ((0.25, 0.5, 1.0), 3)
+    assert r.as_manifest()["ladder"] == {"fractions": [0.25, 0.5, 1.0], "from_edits": 3}
+    del m["recipe"]["ladder"]  # a bundle exported before the ladder was written: mobiedit.ladder's
+    _write(tmp_path, m)
+    from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
+
+    r = recipe_of(read_manifest(tmp_path))
+    assert (r.ladder, r.ladder_from_edits) == (SEQUENTIAL_LADDER, LADDER_FROM_EDITS)
     del m["recipe"]
     _write(tmp_path, m)
     old = recipe_of(read_manifest(tmp_path))

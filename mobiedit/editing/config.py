@@ -1,6 +1,7 @@
 """ROME's hyper-parameters (defaults as in ROME's GPT-2 XL / EasyEdit Llama settings)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
@@ -46,6 +47,14 @@ class ObjectiveConfig:
 
 UPDATE_RULES = ("rome", "nullspace", "protect")
 KEY_SOURCES = ("served", "search")
+
+
+def check_ladder(values, where: str, fix: str) -> None:
+    """The rule of every clamp ladder (``update.clamp_ladder``, a bundle recipe's ``ladder``):
+    finite positive numbers, strictly increasing (the smallest value change first)."""
+    ok = all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0 for c in values)
+    if not ok or list(values) != sorted(set(values)):
+        raise ConfigError(f"{where}={list(values)[:8]} must be increasing positive factors", where=where, fix=fix)
 
 
 @dataclass(frozen=True)
@@ -96,11 +105,7 @@ class UpdateConfig:
     def __post_init__(self) -> None:
         if isinstance(self.clamp_ladder, list):
             object.__setattr__(self, "clamp_ladder", tuple(self.clamp_ladder))
-        lad = self.clamp_ladder
-        if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in lad) \
-                or list(lad) != sorted(set(lad)):
-            raise ConfigError(f"clamp_ladder={list(lad)} must be increasing positive factors",
-                              where="update.clamp_ladder", fix="e.g. [2, 3, 4] (smallest value change first), or []")
+        check_ladder(self.clamp_ladder, "update.clamp_ladder", "e.g. [2, 3, 4] (smallest value change first), or []")
         if self.rule not in UPDATE_RULES:
             raise ConfigError(f"unknown update rule {self.rule!r}", where="update.rule", fix=f"use one of {UPDATE_RULES}")
         if not 0.0 < self.nullspace_threshold < 1.0:
