@@ -135,23 +135,40 @@ public final class BundleSession {
     }
 
     /**
-     * Search an edit (nothing recorded) with the bundle's {@link #recipe}: its search
-     * ({@link EditRunner#forBundle}) and success rule ({@link SuccessCriterion#of}); null if
-     * cancelled.
+     * Search an edit (nothing recorded) as export/ops.py {@code _edit_one} does, with the
+     * bundle's {@link #recipe}: its search ({@link EditRunner#forBundle}) and success rule
+     * ({@link SuccessCriterion#of}), each search verified after write ({@link EditRunner}). When
+     * the bundle will carry at least the recipe's {@code ladder.from_edits} edits (the journal's
+     * active ones plus this one) the edit climbs the recipe's clamp ladder ({@link Ladder}),
+     * else it is one search at edit.objective.clamp_norm_factor. Null if cancelled.
      */
-    public EditOutcome edit(EditRequest req, EditRunner.Listener listener, AtomicBoolean cancel)
-            throws Exception {
-        EditRunner runner = new EditRunner(tok, manifest, runtime.edit(), keys);
-        runner.setConfig(EditRunner.forBundle(manifest, manifest.dOut()));
+    public EditOutcome edit(final EditRequest req, EditRunner.Listener listener,
+            final AtomicBoolean cancel) throws Exception {
+        final EditRunner runner = new EditRunner(tok, manifest, runtime.edit(), keys);
         runner.setSuccess(SuccessCriterion.of(manifest.recipe));
-        float[][] slots = slots();
+        final float[][] slots = slots();
+        final List<String> templates = templates();
         EditRunner.Answerer answerer = new EditRunner.Answerer() {
             @Override
             public String answer(String prompt) throws Exception {
                 return BundleSession.this.answer(prompt);
             }
         };
-        return runner.run(req, templates(), slots, answerer, listener, cancel);
+        double clamp = manifest.edit.objective.clampNormFactor;
+        List<Double> fractions = Ladder.fractionsFor(manifest.recipe, journal.active().size());
+        if (fractions.isEmpty()) {
+            runner.setConfig(EditRunner.forBundle(manifest, manifest.dOut(), clamp));
+            return runner.run(req, templates, slots, answerer, listener, cancel);
+        }
+        Ladder.Attempt rung = new Ladder.Attempt() {
+            @Override
+            public EditOutcome attempt(double clampNormFactor, EditRunner.Answerer a,
+                    EditRunner.Listener l) throws Exception {
+                runner.setConfig(EditRunner.forBundle(manifest, manifest.dOut(), clampNormFactor));
+                return runner.run(req, templates, slots, a, l, cancel);
+            }
+        };
+        return Ladder.climb(fractions, clamp, rung, answerer, listener, cancel);
     }
 
     /** Record {@code outcome} in the journal and put it into a slot. */

@@ -8,11 +8,25 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-/** One finished search: the rank-one factors and what it cost (journal metrics / config). */
+/**
+ * One finished search: the rank-one factors, both verdicts and what it cost (journal metrics /
+ * config), as export/ops.py's BundleSearch / BundleEditResult. After a climb of the clamp ladder
+ * ({@link Ladder}) it is the last rung's outcome with every rung's steps, loss evaluations, losses
+ * and wall time added in.
+ */
 public final class EditOutcome {
     public final EditRequest request;
     public final EngineStatus status;
+    /**
+     * The verdict that counts: the written edit's ({@link #verified}: the factors in the first
+     * free slot, the prefix program rerun, the edit program at delta 0 judged by
+     * {@link SuccessCriterion#saysIt}), else the loop's ({@link #loopSucceeded}).
+     */
     public final boolean succeeded;
+    /** The search's own verdict (its stop signal: early stop, or the success rule at the end). */
+    public final boolean loopSucceeded;
+    /** Whether the written verdict was taken (false: every slot was taken). */
+    public final boolean verified;
     public final long steps;
     public final long evals;
     public final double[] history;
@@ -24,13 +38,28 @@ public final class EditOutcome {
     public final EngineConfig config;
     /** The success check's thresholds used. */
     public final SuccessCriterion success;
+    /** Rungs of the clamp ladder tried (0: none climbed, one run at the manifest's clamp). */
+    public final int ladderTries;
+    /** The last rung's clamp_norm_factor (fraction x the manifest's), NaN without a ladder. */
+    public final double ladderClamp;
 
-    EditOutcome(EditRequest request, EngineStatus status, boolean succeeded, long steps,
-            long evals, double[] history, float[] delta, float[] u, float[] w, long wallMillis,
-            EngineConfig config, SuccessCriterion success) {
+    EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
+            boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
+            float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
+            SuccessCriterion success) {
+        this(request, status, succeeded, loopSucceeded, verified, steps, evals, history, delta, u,
+            w, wallMillis, config, success, 0, Double.NaN);
+    }
+
+    private EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
+            boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
+            float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
+            SuccessCriterion success, int ladderTries, double ladderClamp) {
         this.request = request;
         this.status = status;
         this.succeeded = succeeded;
+        this.loopSucceeded = loopSucceeded;
+        this.verified = verified;
         this.steps = steps;
         this.evals = evals;
         this.history = history;
@@ -40,12 +69,48 @@ public final class EditOutcome {
         this.wallMillis = wallMillis;
         this.config = config;
         this.success = success;
+        this.ladderTries = ladderTries;
+        this.ladderClamp = ladderClamp;
     }
 
-    /** The journal's "metrics" (same keys as the Python EditOutcome where they apply). */
+    /**
+     * The outcome of a ladder climb (export/ops.py climb_bundle_edit): the last of {@code rungs}
+     * (tried in order, not empty) with the steps, loss evaluations and wall time of all of them
+     * summed and their loss histories concatenated; {@code clamp}: the last rung's
+     * clamp_norm_factor.
+     */
+    static EditOutcome climbed(List<EditOutcome> rungs, double clamp) {
+        EditOutcome last = rungs.get(rungs.size() - 1);
+        long steps = 0;
+        long evals = 0;
+        long wall = 0;
+        int n = 0;
+        for (EditOutcome o : rungs) {
+            steps += o.steps;
+            evals += o.evals;
+            wall += o.wallMillis;
+            n += o.history.length;
+        }
+        double[] history = new double[n];
+        int at = 0;
+        for (EditOutcome o : rungs) {
+            System.arraycopy(o.history, 0, history, at, o.history.length);
+            at += o.history.length;
+        }
+        return new EditOutcome(last.request, last.status, last.succeeded, last.loopSucceeded,
+            last.verified, steps, evals, history, last.delta, last.u, last.w, wall, last.config,
+            last.success, rungs.size(), clamp);
+    }
+
+    /**
+     * The journal's "metrics" (same keys as the Python EditOutcome where they apply):
+     * {@code succeeded} (the verdict that counts) and {@code loop_succeeded} (the search's own;
+     * null when the written verdict could not be taken, as export/ops.py records it).
+     */
     public Map<String, Object> metrics() {
         Map<String, Object> m = new LinkedHashMap<String, Object>();
         m.put("succeeded", succeeded);
+        m.put("loop_succeeded", verified ? (Object) loopSucceeded : null);
         m.put("status", status.name());
         m.put("loss_evals", evals);
         m.put("steps", steps);
@@ -64,7 +129,10 @@ public final class EditOutcome {
 
     /**
      * The journal's "config": the loop settings and the success check's thresholds used
-     * ({@code success_fraction}, {@code success_nll}, as export/ops.py records them).
+     * ({@code success_fraction}, {@code success_nll}, as export/ops.py records them); after a
+     * ladder climb also {@code clamp_norm_factor} (the last rung's, absolute),
+     * {@code ladder_tries} and {@code ladder_warm} (false: every rung starts from delta 0), the
+     * keys of export/ops.py climb_bundle_edit.
      */
     public Map<String, Object> configJson() {
         String[] est = {"paper", "fzoo", "antithetic"};
@@ -82,6 +150,11 @@ public final class EditOutcome {
         c.put("success_fraction", success.fraction);
         c.put("success_nll", success.nll);
         c.put("backend", "native-jni");
+        if (ladderTries > 0) {
+            c.put("clamp_norm_factor", ladderClamp);
+            c.put("ladder_tries", (long) ladderTries);
+            c.put("ladder_warm", false);
+        }
         return c;
     }
 }

@@ -15,19 +15,32 @@ import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * One forward-only edit, end to end (mobiedit.export.ops.edit_bundle on the phone): batch (the
- * manifest's context templates and KL prompt) → packed to the programs' shapes → prefix program →
- * native ZO loop whose forwards run the edit program → rank-one factors
- * u = delta, w = C^-1 k̄ / (k_cur · C^-1 k̄). Runs on a worker thread; progress and the
- * before-answer go to the {@link Listener}. Nothing is recorded here (see BundleSession.apply).
+ * One forward-only search, end to end (mobiedit.export.ops.search_bundle_edit on the phone): batch
+ * (the manifest's context templates and KL prompt) → packed to the programs' shapes → prefix
+ * program → native ZO loop whose forwards run the edit program → rank-one factors
+ * u = delta, w = C^-1 k̄ / (k_cur · C^-1 k̄) → verify after write (issue 18): the factors in
+ * the first free slot, the prefix program rerun, the edit program at delta 0 judged by
+ * {@link SuccessCriterion#saysIt}; that verdict is the outcome's {@code succeeded}, the loop's
+ * its {@code loopSucceeded}. Runs on a worker thread; progress and the before-answer go to the
+ * {@link Listener}. Nothing is recorded here (see BundleSession.apply); the clamp ladder, several
+ * such searches, is {@link Ladder}'s.
  */
 public final class EditRunner {
 
     /** Progress of a run (called on the worker thread). */
     public interface Listener {
+        /** The batch and prefix state are ready; {@code beforeAnswer}: the unedited answer. */
         void prepared(String beforeAnswer);
 
+        /** One loop step done: steps of this search, its loss, loss evaluations so far. */
         void progress(long step, double loss, long evals);
+
+        /**
+         * A rung of the clamp ladder starts ({@link Ladder}; not called without one): rung
+         * {@code index} (1-based) of {@code count}, its {@code fraction} of the manifest's clamp,
+         * i.e. clamp_norm_factor {@code clampNormFactor}.
+         */
+        void rung(int index, int count, double fraction, double clampNormFactor);
     }
 
     /** Answers a prompt with the current model (before-answer); may return "". */
@@ -57,7 +70,8 @@ public final class EditRunner {
     /**
      * Override the success check's thresholds (null, the default: the manifest's
      * {@code recipe.success}, {@link SuccessCriterion#of}, as edit_bundle). They decide the early
-     * stop and whether the outcome counts as succeeded.
+     * stop and the loop's verdict ({@link SuccessCriterion#holds}); the fraction alone also the
+     * written edit's ({@link SuccessCriterion#saysIt}), the outcome's succeeded.
      */
     public void setSuccess(SuccessCriterion s) {
         success = s;
@@ -69,8 +83,10 @@ public final class EditRunner {
     }
 
     /**
-     * Search the edit for {@code req}. Returns null if {@code cancel} was set; a NONFINITE or
-     * ERROR stop throws MobiEditError with the engine's message.
+     * Search the edit for {@code req} with the active edits {@code slots} ({slot_u, slot_w}, the
+     * journal's, {@link dev.mobiedit.demo.core.Journal#slotFactors}) and verify it after write.
+     * Returns null if {@code cancel} was set during the search; a NONFINITE or ERROR stop throws
+     * MobiEditError with the engine's message.
      */
     public EditOutcome run(EditRequest req, List<String> templates, float[][] slots,
             Answerer answerer, Listener listener, AtomicBoolean cancel) throws Exception {
@@ -107,14 +123,17 @@ public final class EditRunner {
                     "edit loop", "retry; if it repeats, re-export the bundle in fp32");
             }
             float[] z = engine.x();
-            boolean ok = status.isSuccess() || obj.holds(z);
+            boolean loopOk = status.isSuccess() || obj.holds(z);
             float[] delta = new float[d];
             for (int i = 0; i < d; i++) {
                 delta[i] = z[i] * scale;
             }
             float[][] f = factors(st, delta);
-            return new EditOutcome(req, status, ok, engine.steps(), obj.evals(), engine.history(),
-                delta, f[0], f[1], System.currentTimeMillis() - t0, cfg, rule);
+            Boolean written = writtenHolds(pack, slots, f[0], f[1], rule);
+            boolean ok = written != null ? written : loopOk;
+            return new EditOutcome(req, status, ok, loopOk, written != null, engine.steps(),
+                obj.evals(), engine.history(), delta, f[0], f[1], System.currentTimeMillis() - t0,
+                cfg, rule);
         } finally {
             engine.close();
         }
@@ -126,7 +145,50 @@ public final class EditRunner {
      * for manifests without one) with ||z|| clamped to edit.objective.clamp_norm_factor * sqrt(d).
      */
     public static EngineConfig forBundle(Manifest m, int d) {
-        return EngineConfig.fromRecipe(m.recipe, m.edit.objective.clampNormFactor * Math.sqrt(d));
+        return forBundle(m, d, m.edit.objective.clampNormFactor);
+    }
+
+    /**
+     * {@link #forBundle(Manifest, int)} with ||z|| clamped to {@code clampNormFactor * sqrt(d)}
+     * instead (a rung of the clamp ladder, {@link Ladder}).
+     */
+    public static EngineConfig forBundle(Manifest m, int d, double clampNormFactor) {
+        return EngineConfig.fromRecipe(m.recipe, clampNormFactor * Math.sqrt(d));
+    }
+
+    /**
+     * Verify after write (export/ops.py {@code _written_holds}): {@code u}, {@code w} in the first
+     * free slot of {@code slots} (a slot whose u row is all zero), the prefix program rerun with
+     * those slots, the edit program at delta 0, its row 0 judged by {@code rule.saysIt}. Null
+     * when every slot is taken (the edit cannot be written anyway). Not a loss evaluation.
+     */
+    Boolean writtenHolds(EditPack pack, float[][] slots, float[] u, float[] w,
+            SuccessCriterion rule) throws Exception {
+        int dOut = u.length;
+        int dIn = w.length;
+        int n = slots[0].length / dOut;
+        int free = -1;
+        for (int s = 0; s < n && free < 0; s++) {
+            boolean zero = true;
+            for (int i = 0; i < dOut && zero; i++) {
+                zero = slots[0][s * dOut + i] == 0f;
+            }
+            free = zero ? s : -1;
+        }
+        if (free < 0) {
+            return null;
+        }
+        float[] su = slots[0].clone();
+        float[] sw = slots[1].clone();
+        System.arraycopy(u, 0, su, free * dOut, dOut);
+        System.arraycopy(w, 0, sw, free * dIn, dIn);
+        PrefixState st = programs.prefix(pack, su, sw);
+        checkLengths(st, dOut, dIn);
+        int rows = programs.batchRows();
+        float[] losses = new float[rows];
+        float[] correct = new float[rows * pack.nRewrite];
+        programs.edit(st, new float[rows * dOut], losses, correct);
+        return rule.saysIt(correct, 0, pack.nRewrite, pack.targetLen);
     }
 
     /** Step until done; null when cancelled. */

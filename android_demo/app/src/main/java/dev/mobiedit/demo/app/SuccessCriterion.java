@@ -4,8 +4,9 @@ import dev.mobiedit.demo.core.MobiEditError;
 import dev.mobiedit.demo.core.Recipe;
 
 /**
- * When an edit counts as succeeded: the early stop of the search ({@code SUCCESS_CHECK}) and the
- * outcome's "succeeded". The toolchain's rule, defined once in Python as
+ * When an edit counts as succeeded: the early stop of the search ({@code SUCCESS_CHECK}, the
+ * loop's verdict) and, without its margin ({@link #saysIt}), the written edit's verdict (the
+ * outcome's "succeeded", {@link EditRunner}). The toolchain's rule, defined once in Python as
  * {@code mobiedit.editing.objective.edit_holds} plus a loss margin and applied identically by
  * {@code mobiedit/methods/mobiedit.py} ({@code mobiedit_edit}'s {@code check}) and
  * {@code export/ops.py} ({@code _edit_one}'s {@code check}). For delta = x * scale it holds when
@@ -19,6 +20,10 @@ import dev.mobiedit.demo.core.Recipe;
  *       ||v_init||^2 (v_init = the prefix program's values[0]): the objective without its decay
  *       term, i.e. the mean target NLL per token plus the KL term, is at most this margin.</li>
  * </ol>
+ * Conditions 1 and 2 alone are {@link #saysIt} (Python's {@code edit_holds(full_rows(...),
+ * fraction)}): the rule the written edit is judged by (verify after write, issue 18: the factors
+ * in a free slot, the programs rerun at delta 0), without the loss margin, which only serves
+ * the search as its stop signal. {@link #holds} is {@link #saysIt} plus condition 3.
  * The two thresholds come from the bundle's manifest ({@code recipe.success}, {@link #of}; the
  * shipped 0.75 / 0.5 for manifests without a recipe); {@link EditRunner#setSuccess} overrides
  * them. They are recorded in the journal's "config" as {@code success_fraction} /
@@ -65,6 +70,16 @@ public final class SuccessCriterion {
      */
     public boolean holds(float[] correct, int offset, int nRewrite, int targetLen, double loss,
             double decay) {
+        return saysIt(correct, offset, nRewrite, targetLen) && loss - decay <= nll;
+    }
+
+    /**
+     * The rule without the loss margin (mobiedit.editing.objective {@code edit_holds(full_rows(
+     * correct[:n_rewrite], target_len), fraction)}): row 0, the plain rewrite prompt, fully
+     * correct ({@code correct[offset] == targetLen}) and at least {@link #fraction} of the
+     * {@code nRewrite} rewrite rows {@code correct[offset .. offset + nRewrite)} fully correct.
+     */
+    public boolean saysIt(float[] correct, int offset, int nRewrite, int targetLen) {
         if (nRewrite < 1 || correct[offset] != targetLen) {
             return false;
         }
@@ -75,10 +90,7 @@ public final class SuccessCriterion {
             }
         }
         // an exact count, as edit_holds: full >= fraction * nRewrite (1e-9 tolerance)
-        if (!(full >= fraction * nRewrite - 1e-9)) {
-            return false;
-        }
-        return loss - decay <= nll;
+        return full >= fraction * nRewrite - 1e-9;
     }
 
     /**

@@ -11,14 +11,17 @@ import java.util.List;
  *
  * <pre>
  *  IDLE --submit(valid)--> PREPARING --prepared--> RUNNING --finished--> SUCCEEDED | NOT_CONVERGED
+ *  PREPARING / RUNNING --rung--> (same phase: a clamp ladder's next rung, shown in the status)
  *  PREPARING / RUNNING --cancel--> CANCELLING --cancelled / finished--> CANCELLED
  *  SUCCEEDED | NOT_CONVERGED --apply--> APPLYING --applied--> APPLIED
  *  SUCCEEDED | NOT_CONVERGED --discard--> IDLE
  *  PREPARING | RUNNING | CANCELLING | APPLYING --failed--> FAILED
  *  APPLIED | FAILED | CANCELLED --submit--> (as from IDLE);  --reset--> IDLE
  * </pre>
- * An invalid submit stays in its phase and sets {@link #error()} (naming the form field). An
- * event not allowed in the current phase throws IllegalStateException naming both.
+ * SUCCEEDED / NOT_CONVERGED follow the outcome's {@code succeeded}: the written edit's verdict
+ * (verify after write) when it could be taken, else the loop's. An invalid submit stays in its
+ * phase and sets {@link #error()} (naming the form field). An event not allowed in the current
+ * phase throws IllegalStateException naming both.
  */
 public final class EditStateMachine {
 
@@ -43,6 +46,11 @@ public final class EditStateMachine {
     private long step;
     private long evals;
     private double loss = Double.NaN;
+    /** The search's own verdict once finished (null: not reported, or the write not verified). */
+    private Boolean loopSucceeded;
+    private int rung;
+    private int rungs;
+    private double rungFraction = Double.NaN;
     private final List<Double> losses = new ArrayList<Double>();
     private long editId = -1;
 
@@ -132,13 +140,40 @@ public final class EditStateMachine {
     }
 
     /**
+     * A rung of the clamp ladder starts: {@code index} (1-based) of {@code count}, its
+     * {@code fraction} of the manifest's clamp. Ignored while cancelling.
+     */
+    public synchronized void rung(int index, int count, double fraction) {
+        if (phase == Phase.CANCELLING) {
+            return;
+        }
+        require("rung", Phase.PREPARING, Phase.RUNNING);
+        rung = index;
+        rungs = count;
+        rungFraction = fraction;
+        notifyListener();
+    }
+
+    /**
      * The loop stopped with {@code engineStatus} ("SUCCESS_CHECK", "MAX_STEPS", ...);
      * {@code succeeded} says whether the edit holds (early stop or final check).
      */
     public synchronized void finished(String engineStatus, boolean succeeded, long stepsDone,
             long evalsDone) {
+        finished(engineStatus, succeeded, null, stepsDone, evalsDone);
+    }
+
+    /**
+     * The edit's search stopped with {@code engineStatus} ("SUCCESS_CHECK", "MAX_STEPS", ...);
+     * {@code succeeded}: the verdict that counts (the written edit's, when verified), which picks
+     * SUCCEEDED or NOT_CONVERGED; {@code loopSucceeded}: the search's own verdict when the written
+     * one was taken, else null (then {@code succeeded} is the loop's).
+     */
+    public synchronized void finished(String engineStatus, boolean succeeded,
+            Boolean loopSucceeded, long stepsDone, long evalsDone) {
         require("finished", Phase.RUNNING, Phase.CANCELLING);
         status = engineStatus;
+        this.loopSucceeded = loopSucceeded;
         step = stepsDone;
         evals = evalsDone;
         if (phase == Phase.CANCELLING) {
@@ -210,6 +245,20 @@ public final class EditStateMachine {
         return evals;
     }
 
+    /** The search's own verdict once finished, if the written one was taken; else null. */
+    public synchronized Boolean loopSucceeded() {
+        return loopSucceeded;
+    }
+
+    /** The clamp ladder's current rung (1-based; 0: no ladder), of {@link #rungs()}. */
+    public synchronized int rung() {
+        return rung;
+    }
+
+    public synchronized int rungs() {
+        return rungs;
+    }
+
     /** Last base loss (NaN before the first step). */
     public synchronized double loss() {
         return loss;
@@ -250,15 +299,23 @@ public final class EditStateMachine {
             case IDLE:
                 return error != null ? error : "Type a fact and press Edit.";
             case PREPARING:
-                return "Preparing (tokenising, prefix forward)…";
+                return "Preparing (tokenising, prefix forward)…" + rungText();
             case RUNNING:
-                return "Step " + step + "  loss " + fmt(loss) + "  (" + evals + " loss evaluations)";
+                return "Step " + step + "  loss " + fmt(loss) + "  (" + evals + " loss evaluations)"
+                    + rungText();
             case SUCCEEDED:
-                return "Early stop after " + step + " steps (" + status + "), loss " + fmt(loss)
+                return (earlyStop() ? "Early stop after " : "Stopped after ") + step + " steps ("
+                    + status + "), loss " + fmt(loss) + rungText()
+                    + (loopSucceeded != null ? "; the written edit says it" : "")
                     + ". Apply to keep it.";
             case NOT_CONVERGED:
-                return "Stopped after " + step + " steps (" + status + ") without the edit holding."
-                    + " Apply anyway or discard.";
+                if (Boolean.TRUE.equals(loopSucceeded)) {  // the search's check passed
+                    return (earlyStop() ? "Early stop after " : "Stopped after ") + step
+                        + " steps (" + status + ")" + rungText()
+                        + ", but the written edit does not say it. Apply anyway or discard.";
+                }
+                return "Stopped after " + step + " steps (" + status + ")" + rungText()
+                    + " without the edit holding. Apply anyway or discard.";
             case CANCELLING:
                 return "Cancelling…";
             case CANCELLED:
@@ -270,6 +327,20 @@ public final class EditStateMachine {
             default:
                 return "Failed: " + error;
         }
+    }
+
+    /** True when the search stopped early on its own success. */
+    private boolean earlyStop() {
+        return "SUCCESS_CHECK".equals(status) || "SUCCESS_LOSS".equals(status);
+    }
+
+    /** "  clamp 0.5 (rung 1 of 3)" during / after a ladder climb, else "". */
+    private String rungText() {
+        if (rungs == 0) {
+            return "";
+        }
+        return "  clamp " + new java.math.BigDecimal(Double.toString(rungFraction))
+            .stripTrailingZeros().toPlainString() + " (rung " + rung + " of " + rungs + ")";
     }
 
     private static String fmt(double v) {
@@ -295,6 +366,10 @@ public final class EditStateMachine {
         step = 0;
         evals = 0;
         loss = Double.NaN;
+        loopSucceeded = null;
+        rung = 0;
+        rungs = 0;
+        rungFraction = Double.NaN;
         losses.clear();
         editId = -1;
     }

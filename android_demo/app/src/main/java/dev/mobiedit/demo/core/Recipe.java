@@ -1,13 +1,23 @@
 package dev.mobiedit.demo.core;
 
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+
 /**
  * How this bundle's edits are searched and judged: the manifest's {@code recipe}
  * (docs/bundle_format.md; written by export/recipe.py from the shipped method,
  * {@code mobiedit.methods.mobiedit.MobiEditConfig()}). {@code zo}: every field of
  * {@code mobiedit.zo.ZOConfig} but {@code max_norm} (the app clamps ||z|| to
- * edit.objective.clamp_norm_factor * sqrt(d)); {@code success}: the success rule's thresholds.
- * Read and validated by {@link RecipeReader} (as Python's ZOConfig validates); turned into the
- * engine's settings by {@code jni.EngineConfig.fromRecipe} and into the success check by
+ * edit.objective.clamp_norm_factor * sqrt(d)); {@code success}: the success rule's thresholds;
+ * {@code ladder} (optional): the clamp ladder, {@link #ladder} fractions of
+ * edit.objective.clamp_norm_factor tried smallest first by an edit that leaves at least
+ * {@link #ladderFromEdits} edits on the bundle ({@code app.Ladder}, mobiedit/ladder.py); absent
+ * (bundles exported before it was written), {@link #DEFAULT_LADDER} from
+ * {@link #DEFAULT_LADDER_FROM_EDITS} edits on. Read and validated by {@link RecipeReader} (as
+ * Python's ZOConfig / export/recipe.py validate); turned into the engine's settings by
+ * {@code jni.EngineConfig.fromRecipe} and into the success check by
  * {@code app.SuccessCriterion.of}. Immutable.
  */
 public final class Recipe {
@@ -18,6 +28,16 @@ public final class Recipe {
     /** The shipped success rule, used only for manifests without a recipe. */
     public static final double FALLBACK_SUCCESS_FRACTION = 0.75;
     public static final double FALLBACK_SUCCESS_NLL = 0.5;
+    /**
+     * The clamp ladder of a recipe without {@code ladder} (and of the shipped fallback):
+     * mobiedit/ladder.py SEQUENTIAL_LADDER, fractions of edit.objective.clamp_norm_factor.
+     */
+    public static final List<Double> DEFAULT_LADDER =
+        Collections.unmodifiableList(Arrays.asList(0.5, 0.75, 1.0));
+    /** From how many edits on the bundle (its own included) an edit climbs by default. */
+    public static final long DEFAULT_LADDER_FROM_EDITS = 2;
+    /** A ladder's rungs at most (export/recipe.py MAX_RUNGS: each rung is a whole search). */
+    public static final int MAX_RUNGS = 8;
 
     public final String estimator;
     public final int nDirs;
@@ -43,12 +63,19 @@ public final class Recipe {
     public final double successNll;
     /** False: the manifest had no recipe, this is {@link #shippedFallback}. */
     public final boolean fromManifest;
+    /**
+     * The clamp ladder ({@code ladder.fractions}): 1 to {@link #MAX_RUNGS} finite positive
+     * fractions of edit.objective.clamp_norm_factor, strictly increasing; unmodifiable.
+     */
+    public final List<Double> ladder;
+    /** From how many edits on the bundle, its own included, an edit climbs (&gt;= 1). */
+    public final long ladderFromEdits;
 
     Recipe(String estimator, int nDirs, double h, String optimizer, double lr, double lrMin,
             String lrSchedule, double momentum, double beta1, double beta2, double adamEps,
             long maxSteps, long maxEvals, long checkEvery, double lossTol, long patience,
             double minRelImprove, long seed, double successFraction, double successNll,
-            boolean fromManifest) {
+            boolean fromManifest, List<Double> ladder, long ladderFromEdits) {
         this.estimator = estimator;
         this.nDirs = nDirs;
         this.h = h;
@@ -70,6 +97,8 @@ public final class Recipe {
         this.successFraction = successFraction;
         this.successNll = successNll;
         this.fromManifest = fromManifest;
+        this.ladder = Collections.unmodifiableList(new ArrayList<Double>(ladder));
+        this.ladderFromEdits = ladderFromEdits;
     }
 
     /**
@@ -77,12 +106,13 @@ public final class Recipe {
      * exported before the exporter wrote it; same format_version 1): MobiEditConfig()'s FZOO
      * search with {@code edit_K - 1} directions (one program call per step), h 0.05, Adam lr 0.5,
      * at most 150 steps / 3000 loss evaluations, a check every step, ZOConfig's defaults for the
-     * rest; success fraction 0.75, nll 0.5. A manifest's recipe always wins.
+     * rest; success fraction 0.75, nll 0.5; the default clamp ladder. A manifest's recipe always
+     * wins.
      */
     public static Recipe shippedFallback(int editK) {
         return new Recipe("fzoo", Math.max(1, editK - 1), 0.05, "adam", 0.5, 0.0, "constant", 0.0,
             0.9, 0.999, 1e-8, 150, 3000, 1, 0.0, 0, 0.0, 0, FALLBACK_SUCCESS_FRACTION,
-            FALLBACK_SUCCESS_NLL, false);
+            FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS);
     }
 
     /** Rows per step K of {@code estimator} with {@code nDirs} directions. */
@@ -113,6 +143,7 @@ public final class Recipe {
         return (fromManifest ? "manifest" : "shipped fallback") + " recipe: " + estimator + " n_dirs="
             + nDirs + " h=" + h + " " + optimizer + " lr=" + lr + " max_steps=" + maxSteps
             + " max_evals=" + maxEvals + " seed=" + seed + ", success_fraction=" + successFraction
-            + ", success_nll=" + successNll;
+            + ", success_nll=" + successNll + ", ladder=" + ladder + " from "
+            + ladderFromEdits + " edits";
     }
 }

@@ -1,6 +1,8 @@
 package dev.mobiedit.demo.core;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 
@@ -9,9 +11,12 @@ import java.util.Map;
  * export/recipe.py check_recipe and export/manifest_check.py): exactly the fields {@code zo}
  * (every ZOConfig field but max_norm) and {@code success} ({@code fraction}, {@code nll}), each of
  * its type and within ZOConfig's ranges, a seed that fits a long, and a search buffer (K * d_out
- * floats) within {@link ManifestReader#MAX_ELEMENTS}. A manifest without {@code recipe} (exported
- * before it was written) gets {@link Recipe#shippedFallback}. Every error names the field
- * {@code recipe.…} and the fix.
+ * floats) within {@link ManifestReader#MAX_ELEMENTS}; optionally {@code ladder}, exactly
+ * {@code fractions} (a list of 1 to {@link Recipe#MAX_RUNGS} finite positive numbers, strictly
+ * increasing) and {@code from_edits} (an integer &gt;= 1), export/recipe.py {@code _ladder};
+ * without it the recipe gets {@link Recipe#DEFAULT_LADDER} from
+ * {@link Recipe#DEFAULT_LADDER_FROM_EDITS} edits. A manifest without {@code recipe} (exported before it was written) gets
+ * {@link Recipe#shippedFallback}. Every error names the field {@code recipe.…} and the fix.
  */
 final class RecipeReader {
     /** The recipe's zo fields, as export/recipe.py ZO_FIELDS. */
@@ -19,6 +24,9 @@ final class RecipeReader {
         "lr", "lr_min", "lr_schedule", "momentum", "beta1", "beta2", "adam_eps", "max_steps",
         "max_evals", "check_every", "loss_tol", "patience", "min_rel_improve", "seed");
     static final List<String> SUCCESS_FIELDS = Arrays.asList("fraction", "nll");
+    static final List<String> LADDER_FIELDS = Arrays.asList("fractions", "from_edits");
+    private static final String LADDER_FIX = "e.g. [0.5, 0.75, 1.0] (fractions of"
+        + " edit.objective.clamp_norm_factor, smallest first), or [1.0] for none";
     private static final String FIX =
         "re-export the bundle with mobiedit export (it writes the shipped recipe)";
     private static final long INT32_MAX = Integer.MAX_VALUE;
@@ -31,7 +39,8 @@ final class RecipeReader {
         if (!o.containsKey("recipe")) {
             return Recipe.shippedFallback(shapes.editK);
         }
-        Map<String, Object> r = section(o.get("recipe"), "recipe", Arrays.asList("zo", "success"));
+        Map<String, Object> r = section(o.get("recipe"), "recipe", Arrays.asList("zo", "success"),
+            Arrays.asList("ladder"));
         Map<String, Object> z = section(r.get("zo"), "recipe.zo", ZO_FIELDS);
         String estimator = choice(z, "estimator", Recipe.ESTIMATORS);
         long nDirs = integer(z, "n_dirs", 1, 1 << 20);
@@ -59,23 +68,85 @@ final class RecipeReader {
         Map<String, Object> s = section(r.get("success"), "recipe.success", SUCCESS_FIELDS);
         double fraction = real(s, "fraction", "recipe.success.fraction", 0, false, 1, false);
         double nll = real(s, "nll", "recipe.success.nll", 0, true, Double.POSITIVE_INFINITY, true);
+        List<Double> ladder = Recipe.DEFAULT_LADDER;
+        long fromEdits = Recipe.DEFAULT_LADDER_FROM_EDITS;
+        if (r.containsKey("ladder")) {
+            Map<String, Object> lad = section(r.get("ladder"), "recipe.ladder", LADDER_FIELDS);
+            ladder = fractions(lad.get("fractions"));
+            fromEdits = fromEdits(lad.get("from_edits"));
+        }
         return new Recipe(estimator, (int) nDirs, h, optimizer, lr, lrMin, schedule, momentum,
             beta1, beta2, adamEps, maxSteps, maxEvals, checkEvery, lossTol, patience, minRel, seed,
-            fraction, nll, true);
+            fraction, nll, true, ladder, fromEdits);
+    }
+
+    /**
+     * {@code recipe.ladder.fractions}: a list of 1 to {@link Recipe#MAX_RUNGS} numbers (a
+     * non-number names its index), finite, positive and strictly increasing.
+     */
+    private static List<Double> fractions(Object v) {
+        String field = "recipe.ladder.fractions";
+        if (!(v instanceof List) || ((List<?>) v).isEmpty()
+                || ((List<?>) v).size() > Recipe.MAX_RUNGS) {
+            String got = v instanceof List ? ((List<?>) v).size() + " entries" : Json.typeName(v);
+            throw err(field, "must be a list of 1 to " + Recipe.MAX_RUNGS + " numbers, got " + got,
+                LADDER_FIX);
+        }
+        List<?> list = (List<?>) v;
+        List<Double> out = new ArrayList<Double>();
+        for (int i = 0; i < list.size(); i++) {
+            Object f = list.get(i);
+            if (!(f instanceof Long || f instanceof Double)) {
+                throw err(field + "[" + i + "]", "must be a number, got " + Json.typeName(f),
+                    LADDER_FIX);
+            }
+            double x = ((Number) f).doubleValue();
+            if (Double.isNaN(x) || Double.isInfinite(x)) {
+                throw err(field + "[" + i + "]", "must be a finite number", LADDER_FIX);
+            }
+            out.add(x);
+        }
+        for (int i = 0; i < out.size(); i++) {
+            if (!(out.get(i) > 0) || (i > 0 && !(out.get(i) > out.get(i - 1)))) {
+                throw err(field, "is " + out + ": must be increasing positive factors", LADDER_FIX);
+            }
+        }
+        return out;
+    }
+
+    /** {@code recipe.ladder.from_edits}: an integer &gt;= 1. */
+    private static long fromEdits(Object v) {
+        String field = "recipe.ladder.from_edits";
+        String fix = "e.g. 2 (climb once the bundle carries two edits)";
+        if (!(v instanceof Long)) {
+            throw err(field, "must be an integer, got " + Json.typeName(v), fix);
+        }
+        if ((Long) v < 1) {
+            throw err(field, "is " + v + ", must be at least 1", fix);
+        }
+        return (Long) v;
     }
 
     /** {@code v} as an object with exactly the keys {@code names}. */
-    @SuppressWarnings("unchecked")
     private static Map<String, Object> section(Object v, String field, List<String> names) {
+        return section(v, field, names, Collections.<String>emptyList());
+    }
+
+    /** {@code v} as an object with exactly the keys {@code names}, and any of {@code optional}. */
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> section(Object v, String field, List<String> names,
+            List<String> optional) {
         if (!(v instanceof Map)) {
             throw err(field, v == null ? "is missing or null" : "must be an object, got "
                 + Json.typeName(v), FIX);
         }
         Map<String, Object> m = (Map<String, Object>) v;
         for (String k : m.keySet()) {
-            if (!names.contains(k)) {
+            if (!names.contains(k) && !optional.contains(k)) {
                 String key = k.length() > 40 ? k.substring(0, 40) : k;
-                throw err(field + "." + key, "unknown field", "use only " + names
+                List<String> known = new ArrayList<String>(names);
+                known.addAll(optional);
+                throw err(field + "." + key, "unknown field", "use only " + known
                     + " (or update the app if a newer exporter wrote it)");
             }
         }

@@ -21,8 +21,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Teach a fact: subject, prompt, new answer → the native edit loop (forwards on the bundle's
- * edit program) with live step / loss, early stop, then Apply (journal + slot) or Discard, and
- * the before / after answers. All state lives in {@link EditStateMachine} (survives rotation).
+ * edit program; the clamp ladder's rungs when the bundle carries edits, {@code app.Ladder}) with
+ * live step / loss / rung, early stop, the written edit's verdict, then Apply (journal + slot) or
+ * Discard, and the before / after answers. All state lives in {@link EditStateMachine} (survives rotation).
  */
 public final class EditActivity extends Activity implements EditStateMachine.Listener {
     private EditText subject;
@@ -139,6 +140,17 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
                     }
                 });
             }
+
+            @Override
+            public void rung(final int index, final int count, final double fraction,
+                    double clampNormFactor) {
+                app.post(new Runnable() {
+                    @Override
+                    public void run() {
+                        machine().rung(index, count, fraction);
+                    }
+                });
+            }
         };
         app.run(new DemoApp.Job<EditOutcome>() {
             @Override
@@ -153,7 +165,9 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
                     return;
                 }
                 app.setPending(o);
-                machine().finished(o.status.name(), o.succeeded, o.steps, o.evals);
+                // SUCCEEDED / NOT_CONVERGED follow the written edit's verdict (verify after write)
+                machine().finished(o.status.name(), o.succeeded,
+                    o.verified ? Boolean.valueOf(o.loopSucceeded) : null, o.steps, o.evals);
             }
 
             @Override

@@ -126,11 +126,17 @@ class BundleSessionTest {
             @Override
             public void progress(long step, double loss, long evals) {
             }
+
+            @Override
+            public void rung(int index, int count, double fraction, double clamp) {
+                throw new AssertionError("the first edit of an empty bundle does not climb");
+            }
         };
         EditOutcome o = s.edit(req, quiet, null);
-        assertTrue(o.succeeded);
+        assertTrue(o.succeeded && o.verified && o.loopSucceeded);
+        assertEquals(0, o.ladderTries, "one active edit after it, the recipe's from_edits is 2");
         assertEquals(Fixtures.TEMPLATES, s.templates());
-        assertEquals(1, rt.programs.prefixCalls);
+        assertEquals(2, rt.programs.prefixCalls, "the search, then the written edit's check");
         assertEquals(2, rt.programs.lastPack.nRewrite, "one row per manifest template");
         assertEquals(2, rt.starts, "the before-answer only: templates come from the manifest");
 
@@ -159,6 +165,7 @@ class BundleSessionTest {
         @SuppressWarnings("unchecked")
         Map<String, Object> metrics = again.journal().entry(1).metrics;
         assertEquals(true, metrics.get("succeeded"));
+        assertEquals(true, metrics.get("loop_succeeded"));
         assertTrue(Files2.readText(new File(dir, "journal/" + Journal.JOURNAL_FILE)).contains("\"status\": \"undone\""));
     }
 

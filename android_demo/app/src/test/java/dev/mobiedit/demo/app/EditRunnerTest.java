@@ -40,14 +40,22 @@ class EditRunnerTest {
         return ManifestReader.parse(Json.write(m, true));
     }
 
-    static final class Recorder implements EditRunner.Listener {
+    static class Recorder implements EditRunner.Listener {
         String before;
+        int prepared;
         final List<double[]> steps = new ArrayList<>();
+        final List<double[]> rungs = new ArrayList<>();
         AtomicBoolean cancelAt3;
 
         @Override
         public void prepared(String b) {
             before = b;
+            prepared++;
+        }
+
+        @Override
+        public void rung(int index, int count, double fraction, double clamp) {
+            rungs.add(new double[] {index, count, fraction, clamp, steps.size()});
         }
 
         @Override
@@ -65,12 +73,16 @@ class EditRunnerTest {
 
     static EditOutcome run(QuadraticPrograms p, Recorder rec, AtomicBoolean cancel, SuccessCriterion success)
             throws Exception {
+        return run(p, rec, cancel, success, new float[][] {new float[2 * Fixtures.D_OUT], new float[2 * Fixtures.D_IN]});
+    }
+
+    static EditOutcome run(QuadraticPrograms p, Recorder rec, AtomicBoolean cancel, SuccessCriterion success,
+            float[][] slots) throws Exception {
         EditRunner r = new EditRunner(Fixtures.tokenizer(), manifest(), p, KeyStats.identity(Fixtures.D_IN));
         if (success != null) {
             r.setSuccess(success);
         }
         EditRequest req = EditRequest.fromForm("Danielle Darrieux", "The mother tongue of {} is", "English");
-        float[][] slots = {new float[2 * Fixtures.D_OUT], new float[2 * Fixtures.D_IN]};
         return r.run(req, TEMPLATES, slots, prompt -> "French", rec, cancel);
     }
 
@@ -80,13 +92,13 @@ class EditRunnerTest {
         Recorder rec = new Recorder();
         EditOutcome o = run(p, rec, new AtomicBoolean());
         assertEquals(EngineStatus.SUCCESS_CHECK, o.status, "losses " + Arrays.toString(o.history));
-        assertTrue(o.succeeded);
+        assertTrue(o.succeeded && o.loopSucceeded && o.verified);
         assertTrue(o.steps < 150, "early stop, steps " + o.steps);
         assertEquals("French", rec.before);
         assertEquals(o.steps, rec.steps.size());
         assertEquals(1.0, rec.steps.get(0)[1], 1e-6);  // loss at delta 0 is ||T||^2/||T||^2
-        assertEquals(17.0 * o.steps + o.steps, o.evals, "17 per step + 1 per check");
-        assertEquals(1, p.prefixCalls);
+        assertEquals(17.0 * o.steps + o.steps, o.evals, "17 per step + 1 per check (the write check is none)");
+        assertEquals(2, p.prefixCalls, "the search's, then the written edit's");
         assertEquals(3, p.lastPack.nRows);
         assertEquals(2, p.lastPack.nRewrite);
         assertTrue(QuadraticPrograms.loss(o.delta, 0) < 0.02);
@@ -103,8 +115,11 @@ class EditRunnerTest {
         }
         Map<String, Object> metrics = o.metrics();
         assertEquals(true, metrics.get("succeeded"));
+        assertEquals(true, metrics.get("loop_succeeded"));
         assertEquals("SUCCESS_CHECK", metrics.get("status"));
         assertEquals("fzoo", o.configJson().get("estimator"));
+        assertFalse(o.configJson().containsKey("ladder_tries"), "no ladder climbed");
+        assertFalse(o.configJson().containsKey("clamp_norm_factor"));
         assertEquals(0.75, o.configJson().get("success_fraction"));
         assertEquals(0.5, o.configJson().get("success_nll"));
     }
@@ -144,7 +159,11 @@ class EditRunnerTest {
         p.lossOffset = 1.0;
         EditOutcome o = run(p, new Recorder(), null);
         assertEquals(EngineStatus.MAX_STEPS, o.status);
-        assertFalse(o.succeeded);
+        assertFalse(o.loopSucceeded);
+        // the search ends at a quadratic loss of about 0.05: the written edit misses too
+        assertTrue(o.verified);
+        assertFalse(o.succeeded, "loss " + QuadraticPrograms.loss(o.delta, 0));
+        assertEquals(false, o.metrics().get("loop_succeeded"));
 
         // loss ~ 0.6 > 0.5, but loss - decay ~ 0.42 <= 0.5: the decay term is left out
         QuadraticPrograms q = new QuadraticPrograms(17);
@@ -159,7 +178,7 @@ class EditRunnerTest {
         // a looser margin lets the first one through
         QuadraticPrograms r = new QuadraticPrograms(17);
         r.lossOffset = 1.0;
-        assertTrue(run(r, new Recorder(), null, new SuccessCriterion(0.75, 1.5)).succeeded);
+        assertTrue(run(r, new Recorder(), null, new SuccessCriterion(0.75, 1.5)).loopSucceeded);
     }
 
     @Test
@@ -170,7 +189,8 @@ class EditRunnerTest {
         assertArrayEquals(a.delta, b.delta);
         assertArrayEquals(a.history, b.history);
         assertEquals(a.evals, b.evals);
-        assertEquals(b.steps * 4 + b.steps, small.editCalls, "ceil(17/5) calls per step + 1 check");
+        assertEquals(b.steps * 4 + b.steps + 1, small.editCalls,
+            "ceil(17/5) calls per step + 1 check, + 1 for the written edit");
     }
 
     @Test

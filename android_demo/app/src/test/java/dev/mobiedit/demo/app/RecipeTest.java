@@ -17,6 +17,8 @@ import dev.mobiedit.demo.jni.Jni;
 import java.io.File;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Map;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -70,7 +72,8 @@ class RecipeTest {
             {want.beta2, got.beta2}, {want.adamEps, got.adamEps}, {want.maxSteps, got.maxSteps},
             {want.maxEvals, got.maxEvals}, {want.checkEvery, got.checkEvery}, {want.lossTol, got.lossTol},
             {want.patience, got.patience}, {want.minRelImprove, got.minRelImprove}, {want.seed, got.seed},
-            {want.successFraction, got.successFraction}, {want.successNll, got.successNll}};
+            {want.successFraction, got.successFraction}, {want.successNll, got.successNll},
+            {want.ladder, got.ladder}, {want.ladderFromEdits, got.ladderFromEdits}};
         for (int i = 0; i < pairs.length; i++) {
             assertEquals(pairs[i][0], pairs[i][1], "field " + i + " of " + got);
         }
@@ -179,6 +182,9 @@ class RecipeTest {
         m = Fixtures.manifestMap();
         ((Map<String, Object>) m.get("recipe")).remove("success");
         refusedAt(m, "recipe.success");
+        m = Fixtures.manifestMap();
+        ((Map<String, Object>) m.get("recipe")).put("warm", true);
+        refusedAt(m, "recipe.warm");
         m = Fixtures.manifestMap();  // each value in range, the directions' buffer is not
         zo(m).put("n_dirs", 1L << 20);
         zo(m).put("max_evals", 1L << 21);
@@ -187,5 +193,93 @@ class RecipeTest {
             "num_kv_heads", 2L, "head_dim", 4L, "d_out", 1L << 17);
         m.put("dims", dims);
         refusedAt(m, "recipe.zo.n_dirs");
+    }
+
+    @SuppressWarnings("unchecked")
+    static Map<String, Object> ladder(Map<String, Object> m) {
+        return (Map<String, Object>) ((Map<String, Object>) m.get("recipe")).get("ladder");
+    }
+
+    @Test
+    @SuppressWarnings("unchecked")
+    void theClampLadderIsReadOrDefaulted() {
+        // as the exporter writes it (Fixtures.recipeMap): the defaults, mobiedit/ladder.py's
+        Recipe written = parse(Fixtures.manifestMap()).recipe;
+        assertEquals(Arrays.asList(0.5, 0.75, 1.0), written.ladder);
+        assertEquals(2, written.ladderFromEdits);
+        // absent (bundles exported before session 15): the same defaults
+        Map<String, Object> m = Fixtures.manifestMap();
+        ((Map<String, Object>) m.get("recipe")).remove("ladder");
+        Recipe absent = parse(m).recipe;
+        assertTrue(absent.fromManifest);
+        assertEquals(Recipe.DEFAULT_LADDER, absent.ladder);
+        assertEquals(Recipe.DEFAULT_LADDER_FROM_EDITS, absent.ladderFromEdits);
+        assertEquals(Arrays.asList(0.5, 0.75, 1.0), Recipe.DEFAULT_LADDER);
+        assertEquals(2, Recipe.DEFAULT_LADDER_FROM_EDITS);
+        assertEquals(Recipe.DEFAULT_LADDER, Recipe.shippedFallback(17).ladder);
+        // a valid one of its own (integers are numbers too), eight rungs at most
+        m = Fixtures.manifestMap();
+        ladder(m).put("fractions", new ArrayList<Object>(Arrays.asList(0.25, 1L, 2.5)));
+        ladder(m).put("from_edits", 5L);
+        Recipe own = parse(m).recipe;
+        assertEquals(Arrays.asList(0.25, 1.0, 2.5), own.ladder);
+        assertEquals(5, own.ladderFromEdits);
+        assertThrows(UnsupportedOperationException.class, () -> own.ladder.add(3.0));
+        m = Fixtures.manifestMap();
+        ladder(m).put("fractions", new ArrayList<Object>(Arrays.asList(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)));
+        assertEquals(8, parse(m).recipe.ladder.size());
+        m = Fixtures.manifestMap();
+        ladder(m).put("fractions", new ArrayList<Object>(Arrays.asList(1.0)));
+        ladder(m).put("from_edits", 1L);
+        assertEquals(Arrays.asList(1.0), parse(m).recipe.ladder);
+    }
+
+    @Test
+    @SuppressWarnings("unchecked")
+    void aMalformedLadderIsRefusedNamingTheField() {
+        String f = "recipe.ladder.fractions";
+        String e = "recipe.ladder.from_edits";
+        Object[][] cases = {
+            {"fractions", new ArrayList<Object>(), f},
+            {"fractions", new ArrayList<Object>(Arrays.asList(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)), f},
+            {"fractions", new ArrayList<Object>(Arrays.asList(0.5, 0.5, 1.0)), f},
+            {"fractions", new ArrayList<Object>(Arrays.asList(1.0, 0.75)), f},
+            {"fractions", new ArrayList<Object>(Arrays.asList(0.0, 1.0)), f},
+            {"fractions", new ArrayList<Object>(Arrays.asList(-0.5, 1.0)), f},
+            {"fractions", new ArrayList<Object>(Arrays.asList(0.5, "1.0")), f + "[1]"},
+            {"fractions", new ArrayList<Object>(Arrays.asList(0.5, true)), f + "[1]"},
+            {"fractions", new ArrayList<Object>(Arrays.asList(0.5, null)), f + "[1]"},
+            {"fractions", 0.5, f}, {"fractions", "0.5,1.0", f}, {"fractions", null, f},
+            {"from_edits", 0L, e}, {"from_edits", -1L, e}, {"from_edits", 2.0, e}, {"from_edits", 1.5, e},
+            {"from_edits", "2", e}, {"from_edits", true, e}, {"from_edits", null, e},
+        };
+        for (Object[] c : cases) {
+            Map<String, Object> m = Fixtures.manifestMap();
+            ladder(m).put((String) c[0], c[1]);
+            refusedAt(m, (String) c[2]);
+        }
+        Object[][] sections = {{"not an object", new ArrayList<Object>(Arrays.asList(0.5, 1.0))},
+            {"a number", 1.0}, {"null", null}};
+        for (Object[] c : sections) {
+            Map<String, Object> m = Fixtures.manifestMap();
+            ((Map<String, Object>) m.get("recipe")).put("ladder", c[1]);
+            refusedAt(m, "recipe.ladder");
+        }
+        Map<String, Object> m = Fixtures.manifestMap();  // 1e400: a JSON number past double's range
+        ladder(m).put("fractions", new ArrayList<Object>(Arrays.asList(0.5, 123456.0)));
+        parse(m);
+        String text = Json.write(m, true).replace("123456.0", "1e400");
+        MobiEditError inf = assertThrows(MobiEditError.class, () -> ManifestReader.parse(text));
+        assertTrue(inf.getMessage().contains("field '" + f + "[1]'") && inf.getMessage().contains("finite"),
+            inf.getMessage());
+        m = Fixtures.manifestMap();
+        ladder(m).put("warm", false);
+        refusedAt(m, "recipe.ladder.warm");
+        m = Fixtures.manifestMap();
+        ladder(m).remove("fractions");
+        refusedAt(m, f);
+        m = Fixtures.manifestMap();
+        ladder(m).remove("from_edits");
+        refusedAt(m, e);
     }
 }

@@ -115,4 +115,49 @@ class EditStateMachineTest {
         assertThrows(IllegalStateException.class, () -> m.applied(1, "x"));
         assertThrows(IllegalStateException.class, m::discard);
     }
+
+    @Test
+    void theLaddersRungAndTheWrittenVerdictShowInTheStatus() {
+        submitValid();
+        m.rung(1, 3, 0.5);
+        assertEquals(Phase.PREPARING, m.phase());
+        assertTrue(m.statusLine().endsWith("  clamp 0.5 (rung 1 of 3)"), m.statusLine());
+        m.prepared(" guitar");
+        m.progress(1, 2.5, 17);
+        assertEquals("Step 1  loss 2.5000  (17 loss evaluations)  clamp 0.5 (rung 1 of 3)", m.statusLine());
+        m.rung(2, 3, 0.75);
+        assertEquals(Phase.RUNNING, m.phase());
+        m.progress(1, 1.5, 2718);
+        assertEquals("Step 1  loss 1.5000  (2718 loss evaluations)  clamp 0.75 (rung 2 of 3)", m.statusLine());
+        assertEquals(2, m.rung());
+        assertEquals(3, m.rungs());
+        // the loop's check passed, the written edit does not say it: NOT_CONVERGED
+        m.finished("SUCCESS_CHECK", false, true, 151, 2735);
+        assertEquals(Phase.NOT_CONVERGED, m.phase());
+        assertEquals(Boolean.TRUE, m.loopSucceeded());
+        assertEquals("Early stop after 151 steps (SUCCESS_CHECK)  clamp 0.75 (rung 2 of 3), but the written"
+            + " edit does not say it. Apply anyway or discard.", m.statusLine());
+        m.discard();
+        assertEquals(0, m.rungs());
+        assertNull(m.loopSucceeded());
+        // the loop missed its margin, the written edit says it: SUCCEEDED
+        submitValid();
+        m.prepared("a");
+        m.progress(150, 0.9, 2700);
+        m.finished("MAX_STEPS", true, false, 150, 2701);
+        assertEquals(Phase.SUCCEEDED, m.phase());
+        assertEquals("Stopped after 150 steps (MAX_STEPS), loss 0.9000; the written edit says it. Apply to keep it.",
+            m.statusLine());
+        m.apply();
+        m.applied(1, "b");
+        // a late rung while cancelling is ignored; a rung outside a run is refused
+        submitValid();
+        m.cancel();
+        m.rung(2, 3, 0.75);
+        assertEquals(0, m.rungs());
+        m.cancelled();
+        m.reset();
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> m.rung(1, 3, 0.5));
+        assertEquals("edit screen: event 'rung' is not allowed in phase IDLE", e.getMessage());
+    }
 }

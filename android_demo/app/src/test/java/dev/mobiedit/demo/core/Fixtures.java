@@ -94,14 +94,16 @@ public final class Fixtures {
 
     /**
      * The recipe as export/recipe.py writes it (the shipped MobiEditConfig() with FZOO's
-     * {@code nDirs} = edit_K - 1; the manifest map's edit_K 17 gives 16).
+     * {@code nDirs} = edit_K - 1; the manifest map's edit_K 17 gives 16; the default clamp ladder,
+     * mobiedit/ladder.py's SEQUENTIAL_LADDER from LADDER_FROM_EDITS edits).
      */
     public static Map<String, Object> recipeMap(long nDirs) {
         Map<String, Object> zo = map("estimator", "fzoo", "n_dirs", nDirs, "h", 0.05, "optimizer",
             "adam", "lr", 0.5, "lr_min", 0.0, "lr_schedule", "constant", "momentum", 0.0, "beta1", 0.9,
             "beta2", 0.999, "adam_eps", 1e-8, "max_steps", 150L, "max_evals", 3000L, "check_every", 1L,
             "loss_tol", 0.0, "patience", 0L, "min_rel_improve", 0.0, "seed", 0L);
-        return map("zo", zo, "success", map("fraction", 0.75, "nll", 0.5));
+        return map("zo", zo, "success", map("fraction", 0.75, "nll", 0.5), "ladder",
+            map("fractions", new ArrayList<Object>(Arrays.asList(0.5, 0.75, 1.0)), "from_edits", 2L));
     }
 
     /** A feed with a [1, 1] int64 tensor under each of {@code names}. */
