@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                              "default: a temporary folder, removed)")
     p.add_argument("--force", action="store_true",
                    help="apply edits that missed their success criterion (as `edit --bundle --force`)")
+    p.add_argument("--repair", action="store_true",
+                   help="re-teach lost earlier edits after each edit (as `edit --bundle --repair`)")
 
 
 def _mean(xs: list[float]) -> float:
@@ -122,7 +124,8 @@ def undo_check(bundle, sc: BundleScorer, ref: Reference, edits: list) -> dict:
 @dataclass(frozen=True)
 class Settings:
     """One run: the source bundle, the request file, ``n`` edits, the checkpoints (sorted, ``n``
-    included), the probe size, ``force`` (apply edits that missed), the output and work folders."""
+    included), the probe size, ``force`` (apply edits that missed), the output and work folders,
+    ``repair`` (re-teach lost earlier edits, ``edit_bundle(repair=True)``)."""
 
     bundle: Path
     requests: Path
@@ -132,6 +135,7 @@ class Settings:
     force: bool = False
     out: Path | None = None
     work: Path | None = None
+    repair: bool = False
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -152,7 +156,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                               fix="choose a folder outside the bundle (it is never written)")
     req = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
     return Settings(src, req, args.n, checkpoint_marks(args.checkpoints, args.n), args.probe, args.force,
-                    Path(args.out) if args.out else None, args.work)
+                    Path(args.out) if args.out else None, args.work, getattr(args, "repair", False))
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -213,13 +217,18 @@ def copy_unedited(src: Path, dest: Path):
     return load_bundle(dest)
 
 
-def edit_record(i: int, res) -> dict:
-    """The record of edit ``i`` (1-based) from a :class:`~mobiedit.export.ops.BundleEditResult`."""
+def edit_record(i: int, res, repairs: list = ()) -> dict:
+    """The record of edit ``i`` (1-based) from a :class:`~mobiedit.export.ops.BundleEditResult`,
+    with the repairs that followed it (``repair``: one record each, ``repair_of`` the edit id)."""
     cfg = (res.entry.config or {}) if res.entry is not None else {}
-    return {"edit": i, "case_id": res.request.case_id, "applied": res.applied, "succeeded": res.succeeded,
-            "status": res.status, "loss_evals": res.loss_evals, "wall_s": round(res.wall_time, 2),
-            "clamp_norm_factor": cfg.get("clamp_norm_factor"), "ladder_tries": cfg.get("ladder_tries"),
-            "edit_id": res.entry.id if res.entry is not None else None}
+    rec = {"edit": i, "case_id": res.request.case_id, "applied": res.applied, "succeeded": res.succeeded,
+           "status": res.status, "loss_evals": res.loss_evals, "wall_s": round(res.wall_time, 2),
+           "clamp_norm_factor": cfg.get("clamp_norm_factor"), "ladder_tries": cfg.get("ladder_tries"),
+           "edit_id": res.entry.id if res.entry is not None else None}
+    if repairs:
+        rec["repairs"] = [{"repair_of": r.repair_of, "case_id": r.request.case_id, "applied": r.applied,
+                           "loss_evals": r.loss_evals, "wall_s": round(r.wall_time, 2)} for r in repairs]
+    return rec
 
 
 def run(s: Settings, progress: bool = False) -> dict:
@@ -256,7 +265,8 @@ def run(s: Settings, progress: bool = False) -> dict:
         m = b.manifest
         result = {"bundle": str(s.bundle), "runtime": m["runtime"], "quantization": m["quantization"],
                   "edit_quantization": m["edit_quantization"], "slots": m["slots"], "n": s.n,
-                  "checkpoints": list(s.marks), "probe": len(probes), "force": s.force, "requests": str(s.requests),
+                  "checkpoints": list(s.marks), "probe": len(probes), "force": s.force, "repair": s.repair,
+                  "requests": str(s.requests),
                   "requests_sha256": files_sha256([s.requests]),
                   "source_active_edits": len(src.journal(readonly=True).entries(active_only=True)),
                   "unedited": {**checkpoint_row(sc, ref, edits, set()), "edits": 0},
@@ -264,8 +274,8 @@ def run(s: Settings, progress: bool = False) -> dict:
         applied: set[str] = set()
         with tqdm(edits, desc="edit --bundle", unit="edit", disable=not progress) as bar:
             for i, req in enumerate(bar, 1):
-                [res] = edit_bundle(b, [req], force=s.force)
-                result["edits"].append(edit_record(i, res))
+                res, *repairs = edit_bundle(b, [req], force=s.force, repair=s.repair)
+                result["edits"].append(edit_record(i, res, repairs))
                 applied |= {req.case_id} if res.applied else set()
                 bar.set_postfix(applied=len(applied), refresh=False)
                 if i in s.marks:
@@ -351,12 +361,16 @@ def format_table(result: dict) -> str:
             f"{'probe loc':>9} {'probe true':>10} {'s/edit':>7}")
     lines, last = [head], 0
     for r in [result["unedited"], *result["table"]]:
-        walls = [e["wall_s"] for e in result["edits"][last:r["edits"]]]
+        walls = [e["wall_s"] + sum(x["wall_s"] for x in e.get("repairs", ())) for e in result["edits"][last:r["edits"]]]
         per = f"{sum(walls) / len(walls):>7.1f}" if walls else f"{'-':>7}"
         lines.append(f"{r['edits']:>5} {r['applied']:>7} {r['efficacy_acc']:>7.1f} {r['efficacy_exact']:>9.1f} "
                      f"{r['generalization_acc']:>7.1f} {r['locality_acc']:>7.1f} {r['probe_locality_acc']:>9.1f} "
                      f"{r['probe_true_acc']:>10.1f} {per}")
         last = r["edits"]
+    rep = [x for e in result["edits"] for x in e.get("repairs", ())]
+    if result.get("repair"):
+        lines.append(f"repairs of lost earlier edits: {sum(x['applied'] for x in rep)} applied of {len(rep)} tried "
+                     f"(s/edit includes them)")
     u = result["undo"] or {}
     lines.append(f"undo of {u.get('undone')} edits: slots empty {u.get('slots_empty')}, probe logits bit-exact "
                  f"{u.get('probe_logits_bit_exact')} ({u.get('probe_passes')} passes), edited neighbours unchanged "

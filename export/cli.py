@@ -238,13 +238,18 @@ def bundle_edit(args) -> int:
     seed = getattr(args, "seed", None)
     zo = recipe.zo if seed is None else dataclasses.replace(recipe.zo, seed=seed)
     results = edit_bundle(bundle, reqs, zo, success_fraction=recipe.success_fraction,
-                          success_nll=recipe.success_nll, force=getattr(args, "force", False))
+                          success_nll=recipe.success_nll, force=getattr(args, "force", False),
+                          repair=getattr(args, "repair", False))
     from mobiedit.termsafe import term_safe
 
     for r in results:
         print(f"{term_safe(r.request.case_id)}: {r.status} applied={r.applied} loss_evals={r.loss_evals} wall={r.wall_time:.2f}s"
-              + (f" edit_id={r.entry.id}" if r.entry else "") + _ladder_note(r.entry))
-    failed = [r for r in results if not r.applied]
-    print(f"journal {bundle.path / 'journal'}: {len(results) - len(failed)} edit(s) applied"
-          + (f", {len(failed)} missed the success criterion (--force applies them)" if failed else ""))
+              + (f" edit_id={r.entry.id}" if r.entry else "") + _ladder_note(r.entry)
+              + (f" (repairs edit {r.repair_of})" if r.repair_of is not None else ""))
+    asked = [r for r in results if r.repair_of is None]
+    failed = [r for r in asked if not r.applied]
+    repairs = [r for r in results if r.repair_of is not None]
+    print(f"journal {bundle.path / 'journal'}: {len(asked) - len(failed)} edit(s) applied"
+          + (f", {len(failed)} missed the success criterion (--force applies them)" if failed else "")
+          + (f", {sum(r.applied for r in repairs)} of {len(repairs)} lost earlier edit(s) repaired" if repairs else ""))
     return 1 if failed else 0

@@ -30,16 +30,15 @@ from mobiedit.ladder import climb, needs_ladder, sequential_ladder, warm_start
 from mobiedit.requests import EditRequest
 from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.editing.context import build_edit_inputs
-from mobiedit.editing.objective import edit_holds, full_rows
 from mobiedit.recipes import EditRecipe, SuccessCriterion, check_fraction, check_nll
 from mobiedit.zo import ZOConfig
 from mobiedit.zo.rank_one import rank_one_factors
 
 from .bundle import JOURNAL, Bundle, load_bundle
-from .config import EditShapes
 from .generate import CacheShape, greedy_tokens
 from .packing import EDIT_INPUTS, edit_feed, pack_edit
 from .recipe import Recipe, recipe_of
+from .verify import EditGraph, edit_shapes_of, lost_edits, says_rule, written_holds
 
 log = logging.getLogger(__name__)
 
@@ -97,35 +96,7 @@ class BundleEditResult:
     final_loss: float | None
     losses: list[float]
     loop_succeeded: bool | None = None  # the search's verdict; ``succeeded`` is the written edit's
-
-
-def edit_shapes_of(m: dict) -> EditShapes:
-    """The :class:`EditShapes` a bundle's programs were exported for (from its manifest)."""
-    s = m["shapes"]
-    return EditShapes(K=s["edit_K"], rows=s["edit_rows"], suffix=s["edit_suffix"], prefix=s["edit_prefix"],
-                      targets=s["edit_targets"], kl=s["edit_kl"])
-
-
-class _EditGraph:
-    """The bundle's edit program over one edit's state (a :class:`mobiedit.driver.EditGraph`): any
-    number of deltas, batched by K (the last batch zero-padded). Returns (losses [n], correct
-    [n, n_rewrite]): per rewrite row, the count of argmax targets."""
-
-    def __init__(self, program, feed: dict[str, torch.Tensor], K: int, packed) -> None:
-        self.program, self.feed, self.K = program, feed, K
-        self.n_rows, self.n_rewrite, self.target_len = packed.n_rows, packed.n_rewrite, packed.target_len
-
-    def __call__(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n = deltas.shape[0]
-        losses, correct = [], []
-        for i in range(0, n, self.K):
-            part = deltas[i:i + self.K]
-            pad = torch.zeros(self.K, deltas.shape[1])
-            pad[:part.shape[0]] = part
-            out = self.program.run({**self.feed, "deltas": pad})
-            losses.append(out["losses"][:part.shape[0]])
-            correct.append(out["correct"][:part.shape[0], :self.n_rewrite])
-        return torch.cat(losses), torch.cat(correct)
+    repair_of: int | None = None  # the earlier edit this one re-teaches (``repair``), else None
 
 
 def _check_edit_interface(b: Bundle) -> None:
@@ -153,22 +124,6 @@ class BundleSearch:
     delta: torch.Tensor | None = None  # the searched value change (a clamp ladder's next start)
 
 
-def _written_holds(b: Bundle, packed, slot_u: torch.Tensor, slot_w: torch.Tensor, u: np.ndarray, w: np.ndarray,
-                   holds) -> bool | None:
-    """Verify after write on the bundle's own programs: the new factors in the first free slot,
-    the prefix program rerun, the edit program at delta 0 judged by ``holds(correct)``.
-    None when every slot is taken (the edit cannot be written anyway)."""
-    free = int((slot_u.abs().sum(1) == 0).nonzero()[0]) if (slot_u.abs().sum(1) == 0).any() else None
-    if free is None:
-        return None
-    su, sw = slot_u.clone(), slot_w.clone()
-    su[free], sw[free] = torch.from_numpy(u), torch.from_numpy(w)
-    pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": su, "slot_w": sw})
-    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), b.manifest["shapes"]["edit_K"], packed)
-    _, c = graph(torch.zeros(1, pout["values"].shape[-1]))
-    return holds(c)
-
-
 def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig | None = None,
                        success_fraction: float | None = None, success_nll: float | None = None,
                        backend: str = "native", verify_write: bool = True, clamp: float | None = None,
@@ -178,7 +133,7 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     thresholds default to the bundle's recipe (:func:`~mobiedit.export.recipe.recipe_of`), ``clamp``
     to the manifest objective's ``clamp_norm_factor``; ``start``: the delta the search starts from
     (a clamp ladder's earlier rung; None: zero). ``succeeded`` is the verdict of the programs with
-    the factors in a slot (:func:`_written_holds`), the search's own in ``loop_succeeded``."""
+    the factors in a slot (:func:`~mobiedit.export.verify.written_holds`), the search's own in ``loop_succeeded``."""
     m = b.manifest
     zo, success_fraction, success_nll = _resolve(recipe_of(m), zo, success_fraction, success_nll)
     recipe = EditRecipe(zo, SuccessCriterion(success_fraction, success_nll))
@@ -189,17 +144,15 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     packed = pack_edit(inputs, edit_shapes_of(m), objective)
     slot_u, slot_w = b.slots(journal)
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": slot_u, "slot_w": slot_w})
-    graph = _EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed)
+    graph = EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed)
     v_init = pout["values"][0]
     found = search_value(graph, v_init, objective, recipe, backend, start=start)
     keys = pout["keys"]
     c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
     u, w = rank_one_factors(keys[0].numpy(), (v_init + found.delta).numpy(), v_init.numpy(), c.numpy())
 
-    def says_it(c: torch.Tensor) -> bool:  # the written edit's verdict: the rule without the search's margin
-        return edit_holds(full_rows(c[0, : packed.n_rewrite], packed.target_len), success_fraction)
-
-    written = _written_holds(b, packed, slot_u, slot_w, u, w, says_it) if verify_write else None
+    written = written_holds(b, packed, slot_u, slot_w, u, w, says_rule(packed, success_fraction)) \
+        if verify_write else None
     if written is None:
         return BundleSearch(found.status, found.succeeded, u, w, found.evals, found.zo, found.losses, delta=found.delta)
     return BundleSearch(found.status, written, u, w, found.evals, found.zo, found.losses,
@@ -237,7 +190,8 @@ def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None
 
 def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
               success_fraction: float, success_nll: float, force: bool, backend: str,
-              clamp_ladder: tuple[float, ...] | None, warm: bool = False) -> BundleEditResult:
+              clamp_ladder: tuple[float, ...] | None, warm: bool = False, repair_of: int | None = None
+              ) -> BundleEditResult:
     t0 = time.perf_counter()
     m = b.manifest
     if clamp_ladder is None:  # the recipe's ladder once the bundle carries or will carry from_edits edits
@@ -261,17 +215,65 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
                                         "loop_succeeded": found.loop_succeeded, "loss_evals": found.loss_evals,
                                         "final_loss": hist[-1] if hist else None},
                                config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
-                                       "success_nll": success_nll, "runtime": b.runtime, **ladder})
+                                       "success_nll": success_nll, "runtime": b.runtime, **ladder,
+                                       **({"repair_of": repair_of} if repair_of is not None else {})})
     log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, found.status, entry is not None, found.loss_evals)
     return BundleEditResult(request=req, status=found.status, succeeded=succeeded, applied=entry is not None,
                             entry=entry, loss_evals=found.loss_evals, wall_time=time.perf_counter() - t0,
-                            final_loss=hist[-1] if hist else None, losses=hist, loop_succeeded=found.loop_succeeded)
+                            final_loss=hist[-1] if hist else None, losses=hist, loop_succeeded=found.loop_succeeded,
+                            repair_of=repair_of)
+
+
+#: recorded repairs per edit at most (a fact lost again after this many is left lost)
+MAX_REPAIRS = 2
+
+
+def repairs_of(journal: Journal, edit_id: int, active_only: bool = True) -> list[JournalEntry]:
+    """The journal entries that re-teach edit ``edit_id`` (config ``repair_of``)."""
+    return [e for e in journal.entries(active_only=active_only) if (e.config or {}).get("repair_of") == edit_id]
+
+
+def superseded(journal: Journal, entry: JournalEntry) -> bool:
+    """Whether a later active edit asks the same question (same subject and prompt) with another
+    answer: the user replaced the fact, so losing it is intended, not a loss to repair."""
+    def question(e: JournalEntry) -> tuple:
+        return e.request.get("subject"), e.request.get("prompt")
+
+    return any(e.id > entry.id and question(e) == question(entry)
+               and e.request.get("target_new") != entry.request.get("target_new")
+               for e in journal.entries(active_only=True))
+
+
+def _repair(b: Bundle, journal: Journal, keystats: dict, zo: ZOConfig, success_fraction: float,
+            success_nll: float, backend: str, clamp_ladder: tuple[float, ...] | None, warm: bool,
+            just_made: int) -> list[BundleEditResult]:
+    """Re-teach every earlier edit whose fact the bundle no longer says after edit ``just_made``
+    (:func:`~mobiedit.export.verify.lost_edits`; repairs themselves are not rechecked, their
+    original is): a new search of its request under the current slots, recorded as a new entry
+    (config ``repair_of``) only when its written edit holds. The earlier entry stays — the repair
+    was solved with it in place. At most :data:`MAX_REPAIRS` recorded repairs per edit; none
+    when the slots are full; none for a fact a later edit replaced (:func:`superseded`)."""
+    skip = {just_made} | {e.id for e in journal.entries(active_only=True) if "repair_of" in (e.config or {})}
+    out = []
+    for lost in lost_edits(b, journal, success_fraction, skip):
+        if len(repairs_of(journal, lost.id)) >= MAX_REPAIRS or superseded(journal, lost):
+            continue
+        if len(journal.entries(active_only=True)) >= b.manifest["slots"]:
+            log.warning("edit %d is lost but every slot is taken: not repaired", lost.id)
+            break
+        res = _edit_one(b, journal, keystats, lost.edit_request(), zo, success_fraction, success_nll, False, backend,
+                        clamp_ladder, warm, repair_of=lost.id)
+        log.info("repair of edit %d (%s): %s", lost.id, lost.edit_request().case_id, "applied" if res.applied else
+                 "not applied")
+        out.append(res)
+    return out
 
 
 def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZOConfig | None = None, *,
                 success_fraction: float | None = None, success_nll: float | None = None, force: bool = False,
                 backend: str = "native", lock_timeout: float = DEFAULT_TIMEOUT,
-                clamp_ladder: tuple[float, ...] | None = None, warm_ladder: bool = False) -> list[BundleEditResult]:
+                clamp_ladder: tuple[float, ...] | None = None, warm_ladder: bool = False,
+                repair: bool = False) -> list[BundleEditResult]:
     """Edit ``requests`` one after another through the bundle's prefix + edit programs.
 
     The search (``zo``) and the success thresholds default to the bundle's recipe (manifest
@@ -284,8 +286,10 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     :func:`mobiedit.ladder.sequential_ladder`) whenever the bundle will carry at least
     ``recipe.ladder.from_edits`` edits (journal's active edits + this one), as a sequential
     eager session does (:func:`mobiedit.session.sequential_config`); ``warm_ladder`` starts each rung
-    from the previous rung's delta (``update.ladder_warm_start``, off by default). Raises BundleError when a request does not fit the programs' shapes,
-    NumericalError on NaN/Inf.
+    from the previous rung's delta (``update.ladder_warm_start``, off by default). With ``repair``,
+    after each applied edit every earlier edit the bundle no longer says is re-taught
+    (:func:`_repair`); its results follow the request's in the returned list, ``repair_of`` set.
+    Raises BundleError when a request does not fit the programs' shapes, NumericalError on NaN/Inf.
 
     Each request holds the journal's write lock (:func:`mobiedit.journal_lock.journal_lock`) from
     re-reading the journal to its last write, so concurrent writers (another ``edit --bundle``, an
@@ -304,8 +308,12 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     for r in requests:
         with journal_lock(b.path / JOURNAL, lock_timeout):
             journal = b.journal()  # re-read under the lock: another writer may have changed it
-            results.append(_edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend,
-                                     clamp_ladder, warm_ladder))
+            res = _edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend,
+                            clamp_ladder, warm_ladder)
+            results.append(res)
+            if repair and res.applied:
+                results += _repair(b, journal, keystats, zo, success_fraction, success_nll, backend, clamp_ladder,
+                                   warm_ladder, res.entry.id)
     return results
 
 
@@ -325,11 +333,15 @@ def _holder(module: str, weight: torch.Tensor) -> torch.nn.Module:
 
 def undo_bundle_edit(bundle: Bundle | str | Path, edit_id: int, lock_timeout: float = DEFAULT_TIMEOUT
                      ) -> JournalEntry:
-    """Mark ``edit_id`` undone in the bundle's journal; the next run leaves its slot empty. Holds
-    the journal's write lock (see :func:`edit_bundle`)."""
+    """Mark ``edit_id`` undone in the bundle's journal, and its active repairs (entries with
+    config ``repair_of`` = ``edit_id``, :func:`edit_bundle`'s ``repair``: they re-teach the same
+    fact, so undoing the edit undoes them); the next run leaves their slots empty. Returns the
+    entry of ``edit_id``. Holds the journal's write lock (see :func:`edit_bundle`)."""
     b = _open(bundle)
     with journal_lock(b.path / JOURNAL, lock_timeout):
         journal = b.journal()
         entry = journal.entry(edit_id)
-        holder = _holder(entry.module, journal.rebuild(entry.module))
-        return journal.undo(edit_id, holder, FAMILIES[entry.family])
+        for e in [*repairs_of(journal, edit_id), entry]:
+            holder = _holder(e.module, journal.rebuild(e.module))
+            done = journal.undo(e.id, holder, FAMILIES[e.family])
+        return done

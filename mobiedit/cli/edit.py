@@ -27,6 +27,9 @@ def add_edit(sp: argparse.ArgumentParser) -> None:
                          "the batch at its key (MEMIT/AlphaEdit form; default 1: one edit after another)")
     sp.add_argument("--overwrite", action="store_true",
                     help="replace a non-empty --out folder that is not a previous `mobiedit edit` output")
+    sp.add_argument("--repair", action="store_true",
+                    help="with --bundle: after each edit, re-teach every earlier edit the bundle no longer says "
+                         "(a new journal entry per repair; undoing an edit undoes its repairs)")
 
 
 def _bundle_edit(args: argparse.Namespace) -> int:
@@ -46,6 +49,9 @@ def cmd_edit(args: argparse.Namespace) -> int:
     ``--out``; print each outcome and the in-memory scores. Exit 1 when an edit was not applied."""
     if args.bundle:
         return _bundle_edit(args)
+    if args.repair:
+        raise ConfigError("--repair applies to a bundle edit", where="--repair",
+                          fix="pass --bundle BUNDLE, or drop --repair (eager sessions climb the clamp ladder)")
     if args.seed is None:
         args.seed = 0
     if not args.out:

@@ -137,16 +137,18 @@ public final class EditOutcome {
     public Map<String, Object> configJson() {
         String[] est = {"paper", "fzoo", "antithetic"};
         String[] opt = {"sgd", "adam"};
+        Map<String, Object> zo = new LinkedHashMap<String, Object>();
+        zo.put("estimator", est[config.estimator]);
+        zo.put("n_dirs", (long) config.nDirs);
+        zo.put("h", config.h);
+        zo.put("optimizer", opt[config.optimizer]);
+        zo.put("lr", config.lr);
+        zo.put("max_steps", config.maxSteps);
+        zo.put("max_evals", config.maxEvals);
+        zo.put("check_every", config.checkEvery);
+        zo.put("seed", config.seed);
         Map<String, Object> c = new LinkedHashMap<String, Object>();
-        c.put("estimator", est[config.estimator]);
-        c.put("n_dirs", (long) config.nDirs);
-        c.put("h", config.h);
-        c.put("optimizer", opt[config.optimizer]);
-        c.put("lr", config.lr);
-        c.put("max_steps", config.maxSteps);
-        c.put("max_evals", config.maxEvals);
-        c.put("check_every", config.checkEvery);
-        c.put("seed", config.seed);
+        c.put("zo", zo);  // nested as mobiedit.export.ops writes it (one journal schema for both hosts)
         c.put("success_fraction", success.fraction);
         c.put("success_nll", success.nll);
         c.put("backend", "native-jni");

@@ -117,7 +117,7 @@ class EditRunnerTest {
         assertEquals(true, metrics.get("succeeded"));
         assertEquals(true, metrics.get("loop_succeeded"));
         assertEquals("SUCCESS_CHECK", metrics.get("status"));
-        assertEquals("fzoo", o.configJson().get("estimator"));
+        assertEquals("fzoo", ((java.util.Map<?, ?>) o.configJson().get("zo")).get("estimator"));
         assertFalse(o.configJson().containsKey("ladder_tries"), "no ladder climbed");
         assertFalse(o.configJson().containsKey("clamp_norm_factor"));
         assertEquals(0.75, o.configJson().get("success_fraction"));

@@ -113,9 +113,10 @@ class RecipeTest {
         assertTrue(o.steps <= 5, "max_steps 5, ran " + o.steps);
         assertTrue(o.evals >= 9 * o.steps && o.evals <= 10 * o.steps + 1, "9 rows per step: " + o.evals);
         Map<String, Object> cfg = o.configJson();
-        assertEquals(0.3, cfg.get("lr"));
-        assertEquals(8L, cfg.get("n_dirs"));
-        assertEquals(9L, cfg.get("seed"));
+        Map<?, ?> zo = (Map<?, ?>) cfg.get("zo");
+        assertEquals(0.3, zo.get("lr"));
+        assertEquals(8L, zo.get("n_dirs"));
+        assertEquals(9L, zo.get("seed"));
         assertEquals(0.5, cfg.get("success_fraction"));
         s.close();
     }
