@@ -93,8 +93,7 @@ public final class EditRunner {
         long t0 = System.currentTimeMillis();
         int d = manifest.dOut();
         Manifest.Objective objective = manifest.edit.objective;
-        EditBatch batch = EditBatchBuilder.build(tok, req, templates, objective.klPrompt,
-            manifest.padId());
+        EditBatch batch = batchOf(req, templates);
         EditPack pack = EditPack.pack(batch, manifest.shapes, objective);
         PrefixState st = programs.prefix(pack, slots[0], slots[1]);
         checkLengths(st, d, manifest.dIn());
@@ -157,10 +156,10 @@ public final class EditRunner {
     }
 
     /**
-     * Verify after write (export/ops.py {@code _written_holds}): {@code u}, {@code w} in the first
-     * free slot of {@code slots} (a slot whose u row is all zero), the prefix program rerun with
-     * those slots, the edit program at delta 0, its row 0 judged by {@code rule.saysIt}. Null
-     * when every slot is taken (the edit cannot be written anyway). Not a loss evaluation.
+     * Verify after write (export/verify.py {@code written_holds}): {@code u}, {@code w} in the
+     * first free slot of {@code slots} (a slot whose u row is all zero), then
+     * {@link #saysAtZero} with those slots. Null when every slot is taken (the edit cannot be
+     * written anyway). Not a loss evaluation.
      */
     Boolean writtenHolds(EditPack pack, float[][] slots, float[] u, float[] w,
             SuccessCriterion rule) throws Exception {
@@ -182,13 +181,44 @@ public final class EditRunner {
         float[] sw = slots[1].clone();
         System.arraycopy(u, 0, su, free * dOut, dOut);
         System.arraycopy(w, 0, sw, free * dIn, dIn);
+        return saysAtZero(pack, su, sw, rule);
+    }
+
+    /**
+     * Whether the bundle with {@code slots} ({slot_u, slot_w}) in its rank-one slots says
+     * {@code req}'s new fact (export/verify.py {@code says_now}): its batch built with
+     * {@code templates} and the manifest's objective, packed, then {@link #saysAtZero} with the
+     * rule of {@link #success()} ({@link SuccessCriterion#saysIt}: its fraction, no loss margin).
+     * The same check as the write check, on a recorded edit: what BundleSession's repair
+     * rechecks. Two program calls, no search.
+     */
+    public boolean saysNow(EditRequest req, List<String> templates, float[][] slots)
+            throws Exception {
+        EditPack pack = EditPack.pack(batchOf(req, templates), manifest.shapes,
+            manifest.edit.objective);
+        return saysAtZero(pack, slots[0], slots[1], success());
+    }
+
+    /**
+     * export/verify.py {@code holds_at_zero}: the prefix program run with slots {@code su},
+     * {@code sw}, the edit program at delta 0, its row 0 judged by {@code rule.saysIt}.
+     */
+    boolean saysAtZero(EditPack pack, float[] su, float[] sw, SuccessCriterion rule)
+            throws Exception {
+        int dOut = manifest.dOut();
         PrefixState st = programs.prefix(pack, su, sw);
-        checkLengths(st, dOut, dIn);
+        checkLengths(st, dOut, manifest.dIn());
         int rows = programs.batchRows();
         float[] losses = new float[rows];
         float[] correct = new float[rows * pack.nRewrite];
         programs.edit(st, new float[rows * dOut], losses, correct);
         return rule.saysIt(correct, 0, pack.nRewrite, pack.targetLen);
+    }
+
+    /** ROME's batch of {@code req}: {@code templates} and the manifest's KL prompt. */
+    private EditBatch batchOf(EditRequest req, List<String> templates) {
+        return EditBatchBuilder.build(tok, req, templates, manifest.edit.objective.klPrompt,
+            manifest.padId());
     }
 
     /** Step until done; null when cancelled. */

@@ -14,6 +14,8 @@ import java.util.List;
  *  PREPARING / RUNNING --rung--> (same phase: a clamp ladder's next rung, shown in the status)
  *  PREPARING / RUNNING --cancel--> CANCELLING --cancelled / finished--> CANCELLED
  *  SUCCEEDED | NOT_CONVERGED --apply--> APPLYING --applied--> APPLIED
+ *  APPLYING --repairing--> APPLYING (repairing a lost earlier edit, shown in the status)
+ *  APPLYING --cancel--> APPLYING (stop the repairs, the running one unrecorded; the edit stays)
  *  SUCCEEDED | NOT_CONVERGED --discard--> IDLE
  *  PREPARING | RUNNING | CANCELLING | APPLYING --failed--> FAILED
  *  APPLIED | FAILED | CANCELLED --submit--> (as from IDLE);  --reset--> IDLE
@@ -53,6 +55,11 @@ public final class EditStateMachine {
     private double rungFraction = Double.NaN;
     private final List<Double> losses = new ArrayList<Double>();
     private long editId = -1;
+    /** While APPLYING: the earlier edit being repaired (-1: none), cancel() asked to stop. */
+    private long repairingId = -1;
+    private boolean stopping;
+    private int repaired;
+    private int unrepaired;
 
     /** Set (or clear with null) the listener. */
     public synchronized void setListener(Listener l) {
@@ -82,10 +89,14 @@ public final class EditStateMachine {
         return r;
     }
 
-    /** Ask the running edit to stop (the worker reports cancelled() or finished()). */
+    /** Ask the running edit (or, APPLYING, the repairs) to stop; see the diagram. */
     public synchronized void cancel() {
-        require("cancel", Phase.PREPARING, Phase.RUNNING);
-        phase = Phase.CANCELLING;
+        require("cancel", Phase.PREPARING, Phase.RUNNING, Phase.APPLYING);
+        if (phase == Phase.APPLYING) {
+            stopping = true;
+        } else {
+            phase = Phase.CANCELLING;
+        }
         notifyListener();
     }
 
@@ -193,10 +204,26 @@ public final class EditStateMachine {
 
     /** The edit was recorded as journal entry {@code id}; {@code afterAnswer} is the new answer. */
     public synchronized void applied(long id, String afterAnswer) {
+        applied(id, afterAnswer, 0, 0);
+    }
+
+    /** {@link #applied(long, String)}, then this many repairs recorded / attempted in vain. */
+    public synchronized void applied(long id, String afterAnswer, int repairedCount,
+            int unrepairedCount) {
         require("applied", Phase.APPLYING);
         editId = id;
         after = afterAnswer;
+        repaired = repairedCount;
+        unrepaired = unrepairedCount;
+        repairingId = -1;
         phase = Phase.APPLIED;
+        notifyListener();
+    }
+
+    /** While APPLYING: the repair of lost earlier edit {@code lostId} starts. */
+    public synchronized void repairing(long lostId) {
+        require("repairing", Phase.APPLYING);
+        repairingId = lostId;
         notifyListener();
     }
 
@@ -286,7 +313,8 @@ public final class EditStateMachine {
     }
 
     public synchronized boolean canCancel() {
-        return phase == Phase.PREPARING || phase == Phase.RUNNING;
+        return phase == Phase.PREPARING || phase == Phase.RUNNING
+            || phase == Phase.APPLYING && !stopping;
     }
 
     public synchronized boolean canApply() {
@@ -321,9 +349,15 @@ public final class EditStateMachine {
             case CANCELLED:
                 return "Cancelled.";
             case APPLYING:
-                return "Recording the edit…";
+                if (stopping) {
+                    return "Stopping the repairs…";
+                }
+                return repairingId < 0 ? "Recording the edit…"
+                    : "Repairing edit #" + repairingId + " (lost after this edit)…";
             case APPLIED:
-                return "Applied as edit #" + editId + ".";
+                return "Applied as edit #" + editId + (repaired > 0 ? "; repaired " + repaired
+                    + " earlier edit(s)" : "") + (unrepaired > 0 ? "; " + unrepaired
+                    + " lost earlier edit(s) could not be repaired" : "") + ".";
             default:
                 return "Failed: " + error;
         }
@@ -372,6 +406,10 @@ public final class EditStateMachine {
         rungFraction = Double.NaN;
         losses.clear();
         editId = -1;
+        repairingId = -1;
+        stopping = false;
+        repaired = 0;
+        unrepaired = 0;
     }
 
     private void notifyListener() {

@@ -317,9 +317,28 @@ public final class Journal {
 
     /** Mark {@code id} undone (journal rewritten atomically); its slot is freed on next fill. */
     public JournalEntry undo(long id) {
+        return undoWithDependents(id, null);
+    }
+
+    /**
+     * Mark {@code id} undone together with the active entries whose config {@code key} is
+     * {@code id} (mobiedit's undo_bundle_edit with key "repair_of": an edit's repairs), those
+     * first in id order, then {@code id}; all under one hold of the lock, each undo written
+     * atomically. MobiEditError (nothing changed) if there is no entry {@code id}; if it is
+     * already undone its dependents are still undone first, as in Python. Returns the entry
+     * of {@code id}. {@code key} null: no dependents ({@link #undo}).
+     */
+    public JournalEntry undoWithDependents(long id, String key) {
         JournalLock lock = JournalLock.acquire(folder, JournalLock.DEFAULT_TIMEOUT_MS);
         try {
-            entries = open(folder).entries;
+            entries = open(folder).entries;  // another writer may have changed it
+            entry(id);
+            for (JournalEntry e : active()) {
+                Object v = e.config == null || key == null ? null : e.config.get(key);
+                if (v instanceof Number && ((Number) v).doubleValue() == id) {
+                    undoLocked(e.id);
+                }
+            }
             return undoLocked(id);
         } finally {
             lock.release();

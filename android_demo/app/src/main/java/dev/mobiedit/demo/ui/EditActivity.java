@@ -1,9 +1,12 @@
 package dev.mobiedit.demo.ui;
 
 import android.app.Activity;
+import android.content.SharedPreferences;
 import android.os.Bundle;
 import android.view.View;
 import android.widget.Button;
+import android.widget.CheckBox;
+import android.widget.CompoundButton;
 import android.widget.EditText;
 import android.widget.ProgressBar;
 import android.widget.TextView;
@@ -12,20 +15,27 @@ import dev.mobiedit.demo.app.BundleSession;
 import dev.mobiedit.demo.app.EditOutcome;
 import dev.mobiedit.demo.app.EditRunner;
 import dev.mobiedit.demo.app.Errors;
+import dev.mobiedit.demo.app.Repair;
 import dev.mobiedit.demo.core.EditRequest;
 import dev.mobiedit.demo.core.EditStateMachine;
 import dev.mobiedit.demo.core.EditStateMachine.Phase;
 import dev.mobiedit.demo.core.JournalEntry;
 import dev.mobiedit.demo.core.Recipe;
+import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Teach a fact: subject, prompt, new answer → the native edit loop (forwards on the bundle's
  * edit program; the clamp ladder's rungs when the bundle carries edits, {@code app.Ladder}) with
  * live step / loss / rung, early stop, the written edit's verdict, then Apply (journal + slot) or
- * Discard, and the before / after answers. All state lives in {@link EditStateMachine} (survives rotation).
+ * Discard, and the before / after answers. With "repair" checked (a preference, off by default,
+ * as Python's {@code --repair}), Apply then rechecks the earlier edits and repairs lost ones
+ * ({@code BundleSession.repairAfter}; Cancel stops the repairs) and the status line says how many.
+ * All state lives in {@link EditStateMachine} (survives rotation).
  */
 public final class EditActivity extends Activity implements EditStateMachine.Listener {
+    private static final String PREFS = "mobiedit";
+    private static final String PREF_REPAIR = "repair";
     private EditText subject;
     private EditText prompt;
     private EditText answer;
@@ -37,6 +47,7 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
     private TextView before;
     private TextView after;
     private ProgressBar progress;
+    private CheckBox repair;
 
     @Override
     protected void onCreate(Bundle saved) {
@@ -53,6 +64,15 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
         before = (TextView) findViewById(R.id.before);
         after = (TextView) findViewById(R.id.after);
         progress = (ProgressBar) findViewById(R.id.progress);
+        repair = (CheckBox) findViewById(R.id.repair);
+        final SharedPreferences prefs = getSharedPreferences(PREFS, MODE_PRIVATE);
+        repair.setChecked(prefs.getBoolean(PREF_REPAIR, false));
+        repair.setOnCheckedChangeListener(new CompoundButton.OnCheckedChangeListener() {
+            @Override
+            public void onCheckedChanged(CompoundButton b, boolean checked) {
+                prefs.edit().putBoolean(PREF_REPAIR, checked).apply();
+            }
+        });
         progress.setMax(stepsShown());
         edit.setOnClickListener(new View.OnClickListener() {
             @Override
@@ -185,17 +205,45 @@ public final class EditActivity extends Activity implements EditStateMachine.Lis
             return;
         }
         machine().apply();
+        s.setRepair(repair.isChecked());
+        final AtomicBoolean flag = app.newCancelFlag();
+        final Repair.Listener events = new Repair.Listener() {
+            @Override
+            public void repairing(final JournalEntry lost, int index, int count) {
+                app.post(new Runnable() {
+                    @Override
+                    public void run() {
+                        machine().repairing(lost.id);
+                    }
+                });
+            }
+
+            @Override
+            public void prepared(String beforeAnswer) {
+            }
+
+            @Override
+            public void progress(long step, double loss, long evals) {
+            }
+
+            @Override
+            public void rung(int index, int count, double fraction, double clampNormFactor) {
+            }
+        };
         app.run(new DemoApp.Job<Object[]>() {
             @Override
             protected Object[] work() throws Exception {
                 JournalEntry e = s.apply(o);
-                return new Object[] {e.id, s.answer(o.request.rewritePrompt())};
+                List<Repair.Result> r = s.repairAfter(e, events, flag);
+                int done = Repair.applied(r);
+                return new Object[] {e.id, s.answer(o.request.rewritePrompt()), done,
+                    r.size() - done};
             }
 
             @Override
             protected void done(Object[] r) {
                 app.setPending(null);
-                machine().applied((Long) r[0], (String) r[1]);
+                machine().applied((Long) r[0], (String) r[1], (Integer) r[2], (Integer) r[3]);
             }
 
             @Override

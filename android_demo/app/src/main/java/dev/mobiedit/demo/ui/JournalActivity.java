@@ -12,11 +12,15 @@ import android.widget.TextView;
 import dev.mobiedit.demo.R;
 import dev.mobiedit.demo.app.BundleSession;
 import dev.mobiedit.demo.app.Errors;
+import dev.mobiedit.demo.app.Repair;
 import dev.mobiedit.demo.core.JournalEntry;
 import java.util.ArrayList;
 import java.util.List;
 
-/** The bundle's edit journal (newest first); tap an applied edit to undo it. */
+/**
+ * The bundle's edit journal (newest first; a repair names the edit it re-teaches); tap an applied
+ * edit to undo it (with its repairs, BundleSession.undo).
+ */
 public final class JournalActivity extends Activity {
     private final List<JournalEntry> shown = new ArrayList<JournalEntry>();
     private ArrayAdapter<String> adapter;
@@ -57,7 +61,9 @@ public final class JournalActivity extends Activity {
         for (int i = all.size() - 1; i >= 0; i--) {
             JournalEntry e = all.get(i);
             shown.add(e);
-            adapter.add(e.label() + "\n" + e.status + " · " + e.timestamp);
+            Long of = Repair.repairOf(e);
+            adapter.add(e.label() + "\n" + e.status + " · " + e.timestamp
+                + (of == null ? "" : " · " + getString(R.string.repair_of, of)));
         }
         status.setText(getString(R.string.journal_summary, all.size(), s.journal().active().size(),
             s.manifest().slots));

@@ -160,4 +160,33 @@ class EditStateMachineTest {
         IllegalStateException e = assertThrows(IllegalStateException.class, () -> m.rung(1, 3, 0.5));
         assertEquals("edit screen: event 'rung' is not allowed in phase IDLE", e.getMessage());
     }
+
+    @Test
+    void applyingShowsTheRepairsAndCancelStopsThem() {
+        submitValid();
+        m.prepared("a");
+        m.finished("SUCCESS_CHECK", true, true, 3, 50);
+        m.apply();
+        assertEquals("Recording the edit…", m.statusLine());
+        assertTrue(m.canCancel(), "while applying, cancel stops the repairs");
+        m.repairing(2);
+        assertEquals("Repairing edit #2 (lost after this edit)…", m.statusLine());
+        assertEquals(Phase.APPLYING, m.phase());
+        m.cancel();
+        assertEquals(Phase.APPLYING, m.phase(), "the edit itself stays applied");
+        assertFalse(m.canCancel());
+        assertEquals("Stopping the repairs…", m.statusLine());
+        m.applied(5, "b", 2, 1);
+        assertEquals(Phase.APPLIED, m.phase());
+        assertEquals("Applied as edit #5; repaired 2 earlier edit(s); 1 lost earlier edit(s) could not be "
+            + "repaired.", m.statusLine());
+        assertThrows(IllegalStateException.class, () -> m.repairing(3));
+        submitValid();
+        m.prepared("a");
+        m.finished("SUCCESS_CHECK", true, true, 3, 50);
+        m.apply();
+        assertEquals("Recording the edit…", m.statusLine(), "a new edit starts without the old repair state");
+        m.applied(6, "c", 0, 0);
+        assertEquals("Applied as edit #6.", m.statusLine());
+    }
 }
