@@ -23,7 +23,7 @@ import org.junit.jupiter.api.Test;
 /**
  * Against the bundle written by the real exporter (fixtures/exported_bundle, see
  * {@link ExportedBundleTest}): its recipe's clamp ladder is Python's, and verify after write calls
- * the prefix and edit programs as export/ops.py _written_holds does — the factors of
+ * the prefix and edit programs as export/verify.py written_holds does — the factors of
  * mobiedit.export.ops (edit_case.json u, w) in the first free slot, the edit program at delta 0 —
  * with inputs that are what model.pte declares.
  */

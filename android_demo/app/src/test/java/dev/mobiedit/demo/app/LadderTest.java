@@ -136,9 +136,7 @@ class LadderTest {
         assertArrayEquals(new double[] {1, 3, 0.5, 2.0, 0}, ev2.rungs.get(0));
         assertEquals(2.0 * Math.sqrt(Fixtures.D_OUT), second.config.maxNorm, 1e-12);
         JournalEntry e2 = s.apply(second);
-        assertEquals(2.0, e2.config.get("clamp_norm_factor"));
-        assertEquals(1L, e2.config.get("ladder_tries"));
-        assertEquals(false, e2.config.get("ladder_warm"));
+        assertLadderKeys(e2, 2.0, 1L);
         s.close();
     }
 
@@ -177,9 +175,7 @@ class LadderTest {
         assertEquals(1, rt.starts, "one before-answer, in the first rung");
 
         JournalEntry e = s.apply(o);
-        assertEquals(1.125, e.config.get("clamp_norm_factor"));
-        assertEquals(2L, e.config.get("ladder_tries"));
-        assertEquals(false, e.config.get("ladder_warm"));
+        assertLadderKeys(e, 1.125, 2L);
         assertEquals(o.evals, e.metrics.get("loss_evals"));
         assertEquals(true, e.metrics.get("succeeded"));
         s.close();
@@ -252,5 +248,12 @@ class LadderTest {
         assertNull(s.edit(REQ, none, before));
         assertTrue(none.rungs.isEmpty(), "cancelled before the first rung");
         s.close();
+    }
+
+    /** The journal keys of a climbed ladder, as export/ops.py climb_bundle_edit writes them. */
+    private static void assertLadderKeys(JournalEntry e, double clamp, long tries) {
+        assertEquals(clamp, e.config.get("clamp_norm_factor"));
+        assertEquals(tries, e.config.get("ladder_tries"));
+        assertEquals(false, e.config.get("ladder_warm"));
     }
 }

@@ -14,7 +14,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
- * Verify after write (issue 18, export/ops.py _written_holds): the searched factors go into the
+ * Verify after write (issue 18, export/verify.py written_holds): the searched factors go into the
  * first free slot, the prefix program reruns, the edit program runs at delta 0, and the plain
  * "says it" rule (no loss margin) gives the verdict that counts; the search's own is
  * loop_succeeded. With every slot taken the loop's verdict stands (loop_succeeded null).
