@@ -9,10 +9,22 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * engine's K rows are fed to the program in chunks of its static batch (shapes.edit_K), the
  * last chunk zero-padded. The success check is {@link SuccessCriterion} (the toolchain's rule:
  * the plain rewrite prompt fully correct, at least success_fraction of all rewrite rows fully
- * correct, and loss minus its decay term at most success_nll). Setting {@code cancel} makes the
- * next callback throw.
+ * correct, and loss minus its decay term at most success_nll). With a {@link Written} check
+ * (recipe {@code success.stop_on} "written", {@link EditRunner}) the loop's check also asks,
+ * where that rule passes, whether the edit written from the delta holds (mobiedit/driver.py
+ * search_value's {@code confirm}); a FALSE verdict refuses the stop and the loop goes on.
+ * Setting {@code cancel} makes the next callback throw.
  */
 public final class EditObjective implements NativeEngine.Forward, NativeEngine.Check {
+    /** The written edit's verdict at a delta (verify after write, {@link EditRunner}). */
+    public interface Written {
+        /**
+         * Whether the edit written from {@code delta} [d] (model units) holds; null when it
+         * cannot be taken (every slot taken), which does not refuse the stop.
+         */
+        Boolean holds(float[] delta) throws Exception;
+    }
+
     private final EditPrograms programs;
     private final PrefixState state;
     private final int d;
@@ -23,11 +35,14 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
     private final float[] vInit;
     private final SuccessCriterion success;
     private final AtomicBoolean cancel;
+    private final Written written;
     private final float[] deltas;
     private final float[] losses;
     private final float[] correct;
     private long evals;
     private long calls;
+    private long writtenChecks;
+    private long writtenRefused;
 
     /**
      * {@code targetLen}: the target's token count; a rewrite prompt holds when the edit program
@@ -40,6 +55,16 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
     public EditObjective(EditPrograms programs, PrefixState state, int d, float scale,
             int nRewrite, int targetLen, double weightDecay, SuccessCriterion success,
             AtomicBoolean cancel) {
+        this(programs, state, d, scale, nRewrite, targetLen, weightDecay, success, cancel, null);
+    }
+
+    /**
+     * With {@code written} (null: the loop's rule alone, stop_on "loop") the check
+     * ({@link #passes}) also needs the written edit at the delta not to fail.
+     */
+    public EditObjective(EditPrograms programs, PrefixState state, int d, float scale,
+            int nRewrite, int targetLen, double weightDecay, SuccessCriterion success,
+            AtomicBoolean cancel, Written written) {
         this.programs = programs;
         this.state = state;
         this.d = d;
@@ -50,6 +75,7 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
         this.vInit = state.vInit;
         this.success = success != null ? success : SuccessCriterion.shippedFallback();
         this.cancel = cancel;
+        this.written = written;
         int b = programs.batchRows();
         deltas = new float[b * d];
         losses = new float[b];
@@ -79,7 +105,28 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
 
     @Override
     public boolean check(float[] x, int dd) throws Exception {
-        return holds(x);
+        return passes(x);
+    }
+
+    /**
+     * The loop's check: {@link #holds} at x and, with a {@link Written} check, the written edit
+     * of delta = x * scale not FALSE (counted in {@link #writtenChecks}, a FALSE one also in
+     * {@link #writtenRefused}). Without one, exactly {@link #holds}.
+     */
+    public boolean passes(float[] x) throws Exception {
+        boolean held = holds(x);
+        if (!held || written == null) {
+            return held;
+        }
+        if (cancel != null && cancel.get()) {
+            throw new Cancelled();
+        }
+        writtenChecks++;
+        boolean ok = written.holds(java.util.Arrays.copyOf(deltas, d)) != Boolean.FALSE;
+        if (!ok) {
+            writtenRefused++;
+        }
+        return ok;
     }
 
     /**
@@ -103,6 +150,16 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
     /** Loss evaluations made (rows that carried a real delta). */
     public long evals() {
         return evals;
+    }
+
+    /** Written-edit checks made by {@link #passes} (not loss evaluations). */
+    public long writtenChecks() {
+        return writtenChecks;
+    }
+
+    /** Of {@link #writtenChecks}, those whose written edit did not hold (the loop went on). */
+    public long writtenRefused() {
+        return writtenRefused;
     }
 
     /** Edit-program calls made. */

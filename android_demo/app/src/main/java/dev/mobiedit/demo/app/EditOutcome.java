@@ -38,6 +38,15 @@ public final class EditOutcome {
     public final EngineConfig config;
     /** The success check's thresholds used. */
     public final SuccessCriterion success;
+    /** What stopped the search: the recipe's {@code success.stop_on}, "loop" or "written". */
+    public final String stopOn;
+    /**
+     * Written-edit checks the search made where the loop's rule passed (stop_on "written"; 0
+     * with "loop"), summed over a ladder's rungs; not loss evaluations.
+     */
+    public final long writtenChecks;
+    /** Of {@link #writtenChecks}, those whose written edit did not hold (the search went on). */
+    public final long writtenRefused;
     /** Rungs of the clamp ladder tried (0: none climbed, one run at the manifest's clamp). */
     public final int ladderTries;
     /** The last rung's clamp_norm_factor (fraction x the manifest's), NaN without a ladder. */
@@ -46,15 +55,16 @@ public final class EditOutcome {
     EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
             boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
             float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
-            SuccessCriterion success) {
+            SuccessCriterion success, String stopOn, long writtenChecks, long writtenRefused) {
         this(request, status, succeeded, loopSucceeded, verified, steps, evals, history, delta, u,
-            w, wallMillis, config, success, 0, Double.NaN);
+            w, wallMillis, config, success, stopOn, writtenChecks, writtenRefused, 0, Double.NaN);
     }
 
     private EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
             boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
             float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
-            SuccessCriterion success, int ladderTries, double ladderClamp) {
+            SuccessCriterion success, String stopOn, long writtenChecks, long writtenRefused,
+            int ladderTries, double ladderClamp) {
         this.request = request;
         this.status = status;
         this.succeeded = succeeded;
@@ -69,14 +79,18 @@ public final class EditOutcome {
         this.wallMillis = wallMillis;
         this.config = config;
         this.success = success;
+        this.stopOn = stopOn;
+        this.writtenChecks = writtenChecks;
+        this.writtenRefused = writtenRefused;
         this.ladderTries = ladderTries;
         this.ladderClamp = ladderClamp;
     }
 
     /**
      * The outcome of a ladder climb (export/ops.py climb_bundle_edit): the last of {@code rungs}
-     * (tried in order, not empty) with the steps, loss evaluations and wall time of all of them
-     * summed and their loss histories concatenated; {@code clamp}: the last rung's
+     * (tried in order, not empty) with the steps, loss evaluations, written-edit checks and
+     * refusals and wall time of all of them summed and their loss histories concatenated;
+     * {@code clamp}: the last rung's
      * clamp_norm_factor.
      */
     static EditOutcome climbed(List<EditOutcome> rungs, double clamp) {
@@ -84,11 +98,15 @@ public final class EditOutcome {
         long steps = 0;
         long evals = 0;
         long wall = 0;
+        long checks = 0;
+        long refused = 0;
         int n = 0;
         for (EditOutcome o : rungs) {
             steps += o.steps;
             evals += o.evals;
             wall += o.wallMillis;
+            checks += o.writtenChecks;
+            refused += o.writtenRefused;
             n += o.history.length;
         }
         double[] history = new double[n];
@@ -99,13 +117,15 @@ public final class EditOutcome {
         }
         return new EditOutcome(last.request, last.status, last.succeeded, last.loopSucceeded,
             last.verified, steps, evals, history, last.delta, last.u, last.w, wall, last.config,
-            last.success, rungs.size(), clamp);
+            last.success, last.stopOn, checks, refused, rungs.size(), clamp);
     }
 
     /**
      * The journal's "metrics" (same keys as the Python EditOutcome where they apply):
      * {@code succeeded} (the verdict that counts) and {@code loop_succeeded} (the search's own;
-     * null when the written verdict could not be taken, as export/ops.py records it).
+     * null when the written verdict could not be taken, as export/ops.py records it);
+     * {@code written_checks} / {@code written_refused}: the search's written-edit checks and
+     * their refusals (stop_on "written"; 0 with "loop").
      */
     public Map<String, Object> metrics() {
         Map<String, Object> m = new LinkedHashMap<String, Object>();
@@ -116,6 +136,8 @@ public final class EditOutcome {
         m.put("steps", steps);
         m.put("backward_calls", 0L);
         m.put("wall_time", wallMillis / 1000.0);
+        m.put("written_checks", writtenChecks);
+        m.put("written_refused", writtenRefused);
         List<Object> l = new ArrayList<Object>();
         for (double v : history) {
             if (!Double.isNaN(v) && !Double.isInfinite(v)) {
@@ -129,7 +151,8 @@ public final class EditOutcome {
 
     /**
      * The journal's "config": the loop settings and the success check's thresholds used
-     * ({@code success_fraction}, {@code success_nll}, as export/ops.py records them); after a
+     * ({@code success_fraction}, {@code success_nll}, as export/ops.py records them) and what
+     * stopped the search ({@code stop_on}, the recipe's {@code success.stop_on}); after a
      * ladder climb also {@code clamp_norm_factor} (the last rung's, absolute),
      * {@code ladder_tries} and {@code ladder_warm} (false: every rung starts from delta 0), the
      * keys of export/ops.py climb_bundle_edit.
@@ -151,6 +174,7 @@ public final class EditOutcome {
         c.put("zo", zo);  // nested as mobiedit.export.ops writes it (one journal schema for both hosts)
         c.put("success_fraction", success.fraction);
         c.put("success_nll", success.nll);
+        c.put("stop_on", stopOn);
         c.put("backend", "native-jni");
         if (ladderTries > 0) {
             c.put("clamp_norm_factor", ladderClamp);

@@ -7,6 +7,7 @@ import dev.mobiedit.demo.core.EditPack;
 import dev.mobiedit.demo.core.EditRequest;
 import dev.mobiedit.demo.core.Manifest;
 import dev.mobiedit.demo.core.MobiEditError;
+import dev.mobiedit.demo.core.Recipe;
 import dev.mobiedit.demo.jni.EngineConfig;
 import dev.mobiedit.demo.jni.EngineStatus;
 import dev.mobiedit.demo.jni.NativeEngine;
@@ -21,7 +22,11 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * u = delta, w = C^-1 k̄ / (k_cur · C^-1 k̄) → verify after write (issue 18): the factors in
  * the first free slot, the prefix program rerun, the edit program at delta 0 judged by
  * {@link SuccessCriterion#saysIt}; that verdict is the outcome's {@code succeeded}, the loop's
- * its {@code loopSucceeded}. Runs on a worker thread; progress and the before-answer go to the
+ * its {@code loopSucceeded}. With the recipe's {@code success.stop_on} "written" that check is
+ * also the search's stop (mobiedit/driver.py search_value's {@code confirm}): where the loop's
+ * rule passes, the written edit of that delta must not fail, else the loop goes on
+ * ({@link WriteCheck}; counted in the outcome's writtenChecks / writtenRefused); with "loop" the
+ * loop's rule alone stops it. Runs on a worker thread; progress and the before-answer go to the
  * {@link Listener}. Nothing is recorded here (see BundleSession.apply); the clamp ladder, several
  * such searches, is {@link Ladder}'s.
  */
@@ -107,8 +112,11 @@ public final class EditRunner {
                 "re-export the bundle (the prefix program returned a zero value vector)");
         }
         SuccessCriterion rule = success();
+        String stopOn = manifest.recipe.stopOn;
+        WriteCheck check = Recipe.STOP_WRITTEN.equals(stopOn)
+            ? new WriteCheck(this, pack, slots, st, rule) : null;
         EditObjective obj = new EditObjective(programs, st, d, scale, batch.nRewrite,
-            batch.targetLen, objective.weightDecay, rule, cancel);
+            batch.targetLen, objective.weightDecay, rule, cancel, check);
         EngineConfig cfg = config != null ? config : forBundle(manifest, d);
         NativeEngine engine = new NativeEngine();
         try {
@@ -122,17 +130,18 @@ public final class EditRunner {
                     "edit loop", "retry; if it repeats, re-export the bundle in fp32");
             }
             float[] z = engine.x();
-            boolean loopOk = status.isSuccess() || obj.holds(z);
+            boolean loopOk = status.isSuccess() || obj.passes(z);
             float[] delta = new float[d];
             for (int i = 0; i < d; i++) {
                 delta[i] = z[i] * scale;
             }
-            float[][] f = factors(st, delta);
-            Boolean written = writtenHolds(pack, slots, f[0], f[1], rule);
+            boolean reuse = check != null && check.at(delta);  // stopped where it was checked
+            float[][] f = reuse ? check.factors() : factors(st, delta);
+            Boolean written = reuse ? check.verdict() : writtenHolds(pack, slots, f[0], f[1], rule);
             boolean ok = written != null ? written : loopOk;
             return new EditOutcome(req, status, ok, loopOk, written != null, engine.steps(),
                 obj.evals(), engine.history(), delta, f[0], f[1], System.currentTimeMillis() - t0,
-                cfg, rule);
+                cfg, rule, stopOn, obj.writtenChecks(), obj.writtenRefused());
         } finally {
             engine.close();
         }

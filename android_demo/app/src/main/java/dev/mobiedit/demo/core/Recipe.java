@@ -15,9 +15,10 @@ import java.util.List;
  * edit.objective.clamp_norm_factor tried smallest first by an edit that leaves at least
  * {@link #ladderFromEdits} edits on the bundle ({@code app.Ladder}, mobiedit/ladder.py); absent
  * (bundles exported before it was written), {@link #DEFAULT_LADDER} from
- * {@link #DEFAULT_LADDER_FROM_EDITS} edits on. Read and validated by {@link RecipeReader} (as
- * Python's ZOConfig / export/recipe.py validate); turned into the engine's settings by
- * {@code jni.EngineConfig.fromRecipe} and into the success check by
+ * {@link #DEFAULT_LADDER_FROM_EDITS} edits on. {@code success.stop_on} (optional): what stops the
+ * search, {@link #stopOn} ({@link #STOP_ON}; absent: {@link #STOP_LOOP}). Read and validated by
+ * {@link RecipeReader} (as Python's ZOConfig / export/recipe.py validate); turned into the
+ * engine's settings by {@code jni.EngineConfig.fromRecipe} and into the success check by
  * {@code app.SuccessCriterion.of}. Immutable.
  */
 public final class Recipe {
@@ -38,6 +39,16 @@ public final class Recipe {
     public static final long DEFAULT_LADDER_FROM_EDITS = 2;
     /** A ladder's rungs at most (export/recipe.py MAX_RUNGS: each rung is a whole search). */
     public static final int MAX_RUNGS = 8;
+    /** {@code success.stop_on}: the search stops where the loop's success rule passes. */
+    public static final String STOP_LOOP = "loop";
+    /**
+     * {@code success.stop_on}: where the loop's rule passes, the edit written from that delta
+     * must hold too (verify after write), else the search goes on (export/recipe.py).
+     */
+    public static final String STOP_WRITTEN = "written";
+    /** The values of {@code success.stop_on}, as export/recipe.py STOP_ON. */
+    public static final List<String> STOP_ON =
+        Collections.unmodifiableList(Arrays.asList(STOP_LOOP, STOP_WRITTEN));
 
     public final String estimator;
     public final int nDirs;
@@ -61,6 +72,12 @@ public final class Recipe {
     public final double successFraction;
     /** Maximum loss minus its decay term ({@code success.nll}). */
     public final double successNll;
+    /**
+     * What stops the search ({@code success.stop_on}): {@link #STOP_LOOP} (the loop's success
+     * rule at the searched delta; recipes without the field, exported before it was written) or
+     * {@link #STOP_WRITTEN} (also the written edit's verdict there, {@code app.EditRunner}).
+     */
+    public final String stopOn;
     /** False: the manifest had no recipe, this is {@link #shippedFallback}. */
     public final boolean fromManifest;
     /**
@@ -75,7 +92,7 @@ public final class Recipe {
             String lrSchedule, double momentum, double beta1, double beta2, double adamEps,
             long maxSteps, long maxEvals, long checkEvery, double lossTol, long patience,
             double minRelImprove, long seed, double successFraction, double successNll,
-            boolean fromManifest, List<Double> ladder, long ladderFromEdits) {
+            boolean fromManifest, List<Double> ladder, long ladderFromEdits, String stopOn) {
         this.estimator = estimator;
         this.nDirs = nDirs;
         this.h = h;
@@ -99,6 +116,7 @@ public final class Recipe {
         this.fromManifest = fromManifest;
         this.ladder = Collections.unmodifiableList(new ArrayList<Double>(ladder));
         this.ladderFromEdits = ladderFromEdits;
+        this.stopOn = stopOn;
     }
 
     /**
@@ -106,13 +124,14 @@ public final class Recipe {
      * exported before the exporter wrote it; same format_version 1): MobiEditConfig()'s FZOO
      * search with {@code edit_K - 1} directions (one program call per step), h 0.05, Adam lr 0.5,
      * at most 150 steps / 3000 loss evaluations, a check every step, ZOConfig's defaults for the
-     * rest; success fraction 0.75, nll 0.5; the default clamp ladder. A manifest's recipe always
-     * wins.
+     * rest; success fraction 0.75, nll 0.5, stopped where the written edit holds
+     * ({@link #STOP_WRITTEN}, as export/recipe.py shipped_recipe); the default clamp ladder. A
+     * manifest's recipe always wins.
      */
     public static Recipe shippedFallback(int editK) {
         return new Recipe("fzoo", Math.max(1, editK - 1), 0.05, "adam", 0.5, 0.0, "constant", 0.0,
             0.9, 0.999, 1e-8, 150, 3000, 1, 0.0, 0, 0.0, 0, FALLBACK_SUCCESS_FRACTION,
-            FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS);
+            FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS, STOP_WRITTEN);
     }
 
     /** Rows per step K of {@code estimator} with {@code nDirs} directions. */
@@ -143,7 +162,7 @@ public final class Recipe {
         return (fromManifest ? "manifest" : "shipped fallback") + " recipe: " + estimator + " n_dirs="
             + nDirs + " h=" + h + " " + optimizer + " lr=" + lr + " max_steps=" + maxSteps
             + " max_evals=" + maxEvals + " seed=" + seed + ", success_fraction=" + successFraction
-            + ", success_nll=" + successNll + ", ladder=" + ladder + " from "
+            + ", success_nll=" + successNll + ", stop_on=" + stopOn + ", ladder=" + ladder + " from "
             + ladderFromEdits + " edits";
     }
 }

@@ -9,7 +9,8 @@ import java.util.Map;
 /**
  * Reads and validates the manifest's {@code recipe} for {@link ManifestReader} (the rules of
  * export/recipe.py check_recipe and export/manifest_check.py): exactly the fields {@code zo}
- * (every ZOConfig field but max_norm) and {@code success} ({@code fraction}, {@code nll}), each of
+ * (every ZOConfig field but max_norm) and {@code success} ({@code fraction}, {@code nll}, optionally
+ * {@code stop_on}: one of {@link Recipe#STOP_ON}, absent {@link Recipe#STOP_LOOP}), each of
  * its type and within ZOConfig's ranges, a seed that fits a long, and a search buffer (K * d_out
  * floats) within {@link ManifestReader#MAX_ELEMENTS}; optionally {@code ladder}, exactly
  * {@code fractions} (a list of 1 to {@link Recipe#MAX_RUNGS} finite positive numbers, strictly
@@ -24,6 +25,8 @@ final class RecipeReader {
         "lr", "lr_min", "lr_schedule", "momentum", "beta1", "beta2", "adam_eps", "max_steps",
         "max_evals", "check_every", "loss_tol", "patience", "min_rel_improve", "seed");
     static final List<String> SUCCESS_FIELDS = Arrays.asList("fraction", "nll");
+    /** Optional in {@code recipe.success} (absent in bundles exported before it was written). */
+    static final List<String> SUCCESS_OPTIONAL = Arrays.asList("stop_on");
     static final List<String> LADDER_FIELDS = Arrays.asList("fractions", "from_edits");
     private static final String LADDER_FIX = "e.g. [0.5, 0.75, 1.0] (fractions of"
         + " edit.objective.clamp_norm_factor, smallest first), or [1.0] for none";
@@ -65,9 +68,11 @@ final class RecipeReader {
             throw err("recipe.zo.n_dirs", "implies a buffer of " + rows + " x " + dims.dOut
                 + " elements (limit " + ManifestReader.MAX_ELEMENTS + ")", "use fewer directions");
         }
-        Map<String, Object> s = section(r.get("success"), "recipe.success", SUCCESS_FIELDS);
+        Map<String, Object> s = section(r.get("success"), "recipe.success", SUCCESS_FIELDS,
+            SUCCESS_OPTIONAL);
         double fraction = real(s, "fraction", "recipe.success.fraction", 0, false, 1, false);
         double nll = real(s, "nll", "recipe.success.nll", 0, true, Double.POSITIVE_INFINITY, true);
+        String stopOn = stopOn(s);
         List<Double> ladder = Recipe.DEFAULT_LADDER;
         long fromEdits = Recipe.DEFAULT_LADDER_FROM_EDITS;
         if (r.containsKey("ladder")) {
@@ -77,7 +82,7 @@ final class RecipeReader {
         }
         return new Recipe(estimator, (int) nDirs, h, optimizer, lr, lrMin, schedule, momentum,
             beta1, beta2, adamEps, maxSteps, maxEvals, checkEvery, lossTol, patience, minRel, seed,
-            fraction, nll, true, ladder, fromEdits);
+            fraction, nll, true, ladder, fromEdits, stopOn);
     }
 
     /**
@@ -112,6 +117,25 @@ final class RecipeReader {
             }
         }
         return out;
+    }
+
+    /**
+     * {@code recipe.success.stop_on}: one of {@link Recipe#STOP_ON}; absent (bundles exported
+     * before it was written) {@link Recipe#STOP_LOOP}, the search as it was then.
+     */
+    private static String stopOn(Map<String, Object> s) {
+        if (!s.containsKey("stop_on")) {
+            return Recipe.STOP_LOOP;
+        }
+        Object v = s.get("stop_on");
+        if (!(v instanceof String) || !Recipe.STOP_ON.contains(v)) {
+            String got = v == null ? "null" : Json.writeCompact(v);
+            got = got.length() > 40 ? got.substring(0, 40) + "..." : got;
+            throw err("recipe.success.stop_on", "is " + got + ", not one of " + Recipe.STOP_ON,
+                "use \"written\" (stop where the written edit holds) or \"loop\", or re-export"
+                + " the bundle");
+        }
+        return (String) v;
     }
 
     /** {@code recipe.ladder.from_edits}: an integer &gt;= 1. */

@@ -196,6 +196,36 @@ class RecipeTest {
         refusedAt(m, "recipe.zo.n_dirs");
     }
 
+    @Test
+    void stopOnIsReadDefaultedToLoopOrRefusedNamingTheField() {
+        for (String stop : new String[] {"loop", "written"}) {  // as export/recipe.py writes it
+            Map<String, Object> m = Fixtures.manifestMap();
+            success(m).put("stop_on", stop);
+            assertEquals(stop, parse(m).recipe.stopOn);
+        }
+        // absent (bundles exported before it was written): the loop's rule, as then
+        Recipe absent = parse(Fixtures.manifestMap()).recipe;
+        assertTrue(absent.fromManifest);
+        assertEquals(Recipe.STOP_LOOP, absent.stopOn);
+        // no recipe at all: the shipped one, which stops where the written edit holds
+        Map<String, Object> none = Fixtures.manifestMap();
+        none.remove("recipe");
+        assertEquals(Recipe.STOP_WRITTEN, parse(none).recipe.stopOn);
+        assertEquals(Recipe.STOP_WRITTEN, Recipe.shippedFallback(17).stopOn);
+        assertEquals(Arrays.asList("loop", "written"), Recipe.STOP_ON);
+        Object[] bad = {"bogus", 3L, 3.0, true, null, "Written", "", new ArrayList<Object>(Arrays.asList("written"))};
+        for (Object v : bad) {
+            Map<String, Object> m = Fixtures.manifestMap();
+            success(m).put("stop_on", v);
+            MobiEditError e = assertThrows(MobiEditError.class, () -> parse(m), String.valueOf(v));
+            assertTrue(e.getMessage().contains("field 'recipe.success.stop_on'"), e.getMessage());
+            assertTrue(e.fix() != null && e.fix().contains("written") && e.fix().contains("loop"), e.fix());
+        }
+        Map<String, Object> m = Fixtures.manifestMap();  // other unknown success fields stay refused
+        success(m).put("stop", "written");
+        refusedAt(m, "recipe.success.stop");
+    }
+
     @SuppressWarnings("unchecked")
     static Map<String, Object> ladder(Map<String, Object> m) {
         return (Map<String, Object>) ((Map<String, Object>) m.get("recipe")).get("ladder");

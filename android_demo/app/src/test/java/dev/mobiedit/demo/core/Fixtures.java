@@ -95,7 +95,9 @@ public final class Fixtures {
     /**
      * The recipe as export/recipe.py writes it (the shipped MobiEditConfig() with FZOO's
      * {@code nDirs} = edit_K - 1; the manifest map's edit_K 17 gives 16; the default clamp ladder,
-     * mobiedit/ladder.py's SEQUENTIAL_LADDER from LADDER_FROM_EDITS edits).
+     * mobiedit/ladder.py's SEQUENTIAL_LADDER from LADDER_FROM_EDITS edits), without
+     * {@code success.stop_on} as exported before it was written: the search stops on the loop's
+     * rule ("loop"); tests of "written" set it (app.StopOnWrittenTest).
      */
     public static Map<String, Object> recipeMap(long nDirs) {
         Map<String, Object> zo = map("estimator", "fzoo", "n_dirs", nDirs, "h", 0.05, "optimizer",
