@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="apply edits that missed their success criterion (as `edit --bundle --force`)")
     p.add_argument("--repair", action="store_true",
                    help="re-teach lost earlier edits after each edit (as `edit --bundle --repair`)")
+    p.add_argument("--stop-on", choices=("loop", "written"), default=None,
+                   help="what stops each search (as `edit --bundle --stop-on`; default: the bundle recipe's "
+                        "success.stop_on)")
 
 
 def _mean(xs: list[float]) -> float:
@@ -125,7 +128,8 @@ def undo_check(bundle, sc: BundleScorer, ref: Reference, edits: list) -> dict:
 class Settings:
     """One run: the source bundle, the request file, ``n`` edits, the checkpoints (sorted, ``n``
     included), the probe size, ``force`` (apply edits that missed), the output and work folders,
-    ``repair`` (re-teach lost earlier edits, ``edit_bundle(repair=True)``)."""
+    ``repair`` (re-teach lost earlier edits, ``edit_bundle(repair=True)``), ``stop_on`` (what stops
+    each search, ``edit_bundle(stop_on=...)``; None: the recipe's)."""
 
     bundle: Path
     requests: Path
@@ -136,6 +140,7 @@ class Settings:
     out: Path | None = None
     work: Path | None = None
     repair: bool = False
+    stop_on: str | None = None
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -156,7 +161,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                               fix="choose a folder outside the bundle (it is never written)")
     req = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
     return Settings(src, req, args.n, checkpoint_marks(args.checkpoints, args.n), args.probe, args.force,
-                    Path(args.out) if args.out else None, args.work, getattr(args, "repair", False))
+                    Path(args.out) if args.out else None, args.work, getattr(args, "repair", False),
+                    getattr(args, "stop_on", None))
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -224,6 +230,7 @@ def edit_record(i: int, res, repairs: list = ()) -> dict:
     rec = {"edit": i, "case_id": res.request.case_id, "applied": res.applied, "succeeded": res.succeeded,
            "status": res.status, "loss_evals": res.loss_evals, "wall_s": round(res.wall_time, 2),
            "clamp_norm_factor": cfg.get("clamp_norm_factor"), "ladder_tries": cfg.get("ladder_tries"),
+           "loop_succeeded": res.loop_succeeded, "written_refused": res.written_refused,
            "edit_id": res.entry.id if res.entry is not None else None}
     if repairs:
         rec["repairs"] = [{"repair_of": r.repair_of, "case_id": r.request.case_id, "applied": r.applied,
@@ -245,6 +252,7 @@ def run(s: Settings, progress: bool = False) -> dict:
 
     from .bundle import load_bundle
     from .ops import edit_bundle
+    from .recipe import recipe_of
     from .scoring import BundleScorer
 
     t0 = time.perf_counter()
@@ -266,6 +274,7 @@ def run(s: Settings, progress: bool = False) -> dict:
         result = {"bundle": str(s.bundle), "runtime": m["runtime"], "quantization": m["quantization"],
                   "edit_quantization": m["edit_quantization"], "slots": m["slots"], "n": s.n,
                   "checkpoints": list(s.marks), "probe": len(probes), "force": s.force, "repair": s.repair,
+                  "stop_on": s.stop_on or recipe_of(m).stop_on,
                   "requests": str(s.requests),
                   "requests_sha256": files_sha256([s.requests]),
                   "source_active_edits": len(src.journal(readonly=True).entries(active_only=True)),
@@ -274,7 +283,7 @@ def run(s: Settings, progress: bool = False) -> dict:
         applied: set[str] = set()
         with tqdm(edits, desc="edit --bundle", unit="edit", disable=not progress) as bar:
             for i, req in enumerate(bar, 1):
-                res, *repairs = edit_bundle(b, [req], force=s.force, repair=s.repair)
+                res, *repairs = edit_bundle(b, [req], force=s.force, repair=s.repair, stop_on=s.stop_on)
                 result["edits"].append(edit_record(i, res, repairs))
                 applied |= {req.case_id} if res.applied else set()
                 bar.set_postfix(applied=len(applied), refresh=False)

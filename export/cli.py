@@ -239,7 +239,7 @@ def bundle_edit(args) -> int:
     zo = recipe.zo if seed is None else dataclasses.replace(recipe.zo, seed=seed)
     results = edit_bundle(bundle, reqs, zo, success_fraction=recipe.success_fraction,
                           success_nll=recipe.success_nll, force=getattr(args, "force", False),
-                          repair=getattr(args, "repair", False))
+                          repair=getattr(args, "repair", False), stop_on=getattr(args, "stop_on", None))
     from mobiedit.termsafe import term_safe
 
     for r in results:

@@ -97,6 +97,7 @@ class BundleEditResult:
     losses: list[float]
     loop_succeeded: bool | None = None  # the search's verdict; ``succeeded`` is the written edit's
     repair_of: int | None = None  # the earlier edit this one re-teaches (``repair``), else None
+    written_refused: int = 0  # deltas the loop's rule passed but whose written edit did not hold (stop_on "written")
 
 
 def _check_edit_interface(b: Bundle) -> None:
@@ -122,20 +123,26 @@ class BundleSearch:
     losses: list[float]
     loop_succeeded: bool | None = None  # the search's own verdict (its stop signal); None: not verified
     delta: torch.Tensor | None = None  # the searched value change (a clamp ladder's next start)
+    confirms: int = 0  # written-edit checks the search asked for (stop_on "written")
+    refused: int = 0  # of those, deltas the loop's rule passed but whose written edit did not hold
 
 
 def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig | None = None,
                        success_fraction: float | None = None, success_nll: float | None = None,
                        backend: str = "native", verify_write: bool = True, clamp: float | None = None,
-                       start: torch.Tensor | None = None) -> BundleSearch:
+                       start: torch.Tensor | None = None, stop_on: str | None = None) -> BundleSearch:
     """Search ``req``'s value delta through the bundle's prefix + edit programs (the journal's
     active edits in the slots) and compute ROME's factors; writes nothing. ``zo`` and the success
     thresholds default to the bundle's recipe (:func:`~mobiedit.export.recipe.recipe_of`), ``clamp``
     to the manifest objective's ``clamp_norm_factor``; ``start``: the delta the search starts from
     (a clamp ladder's earlier rung; None: zero). ``succeeded`` is the verdict of the programs with
-    the factors in a slot (:func:`~mobiedit.export.verify.written_holds`), the search's own in ``loop_succeeded``."""
+    the factors in a slot (:func:`~mobiedit.export.verify.written_holds`), the search's own in
+    ``loop_succeeded``. ``stop_on`` (default: the recipe's, :data:`~mobiedit.export.recipe.STOP_ON`):
+    ``"written"`` makes that written verdict the search's stop (the driver's ``confirm``)."""
     m = b.manifest
-    zo, success_fraction, success_nll = _resolve(recipe_of(m), zo, success_fraction, success_nll)
+    recipe_m = recipe_of(m)
+    zo, success_fraction, success_nll = _resolve(recipe_m, zo, success_fraction, success_nll)
+    stop_on = stop_on or recipe_m.stop_on
     recipe = EditRecipe(zo, SuccessCriterion(success_fraction, success_nll))
     objective = ObjectiveConfig(**m["edit"]["objective"])
     if clamp is not None:
@@ -146,38 +153,53 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     pout = b.program("prefix").run({**packed.prefix_feed, "slot_u": slot_u, "slot_w": slot_w})
     graph = EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed)
     v_init = pout["values"][0]
-    found = search_value(graph, v_init, objective, recipe, backend, start=start)
     keys = pout["keys"]
     c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
-    u, w = rank_one_factors(keys[0].numpy(), (v_init + found.delta).numpy(), v_init.numpy(), c.numpy())
+    says = says_rule(packed, success_fraction)
+    verdicts: dict[bytes, bool | None] = {}  # the written verdict per delta checked (the last one is reused)
 
-    written = written_holds(b, packed, slot_u, slot_w, u, w, says_rule(packed, success_fraction)) \
-        if verify_write else None
-    if written is None:
-        return BundleSearch(found.status, found.succeeded, u, w, found.evals, found.zo, found.losses, delta=found.delta)
-    return BundleSearch(found.status, written, u, w, found.evals, found.zo, found.losses,
-                        loop_succeeded=found.succeeded, delta=found.delta)
+    def written(delta: torch.Tensor) -> bool | None:
+        key = delta.numpy().tobytes()
+        if key not in verdicts:
+            u, w = rank_one_factors(keys[0].numpy(), (v_init + delta).numpy(), v_init.numpy(), c.numpy())
+            verdicts[key] = written_holds(b, packed, slot_u, slot_w, u, w, says)
+        return verdicts[key]
+
+    confirm = (lambda delta: written(delta) is not False) if verify_write and stop_on == "written" else None
+    found = search_value(graph, v_init, objective, recipe, backend, start=start, confirm=confirm)
+    u, w = rank_one_factors(keys[0].numpy(), (v_init + found.delta).numpy(), v_init.numpy(), c.numpy())
+    held = written(found.delta) if verify_write else None
+    counts = {"confirms": found.confirms, "refused": found.refused}
+    if held is None:
+        return BundleSearch(found.status, found.succeeded, u, w, found.evals, found.zo, found.losses, delta=found.delta,
+                            **counts)
+    return BundleSearch(found.status, held, u, w, found.evals, found.zo, found.losses,
+                        loop_succeeded=found.succeeded, delta=found.delta, **counts)
 
 
 def climb_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
                       success_fraction: float, success_nll: float, backend: str, ladder: tuple[float, ...],
-                      warm: bool = False) -> tuple[BundleSearch, dict]:
+                      warm: bool = False, stop_on: str | None = None) -> tuple[BundleSearch, dict]:
     """:func:`search_bundle_edit` once (``ladder`` empty: the manifest's clamp), or climbing the
     clamp ladder (:func:`mobiedit.ladder.climb`; ``warm``: a rung starts from the previous rung's
     delta, :func:`mobiedit.ladder.warm_start`, else from zero as the eager default). Returns the last
-    search, with every rung's evaluations and losses summed in, and what the journal records of the ladder."""
+    search, with every rung's evaluations, losses and written-edit checks summed in, and what the
+    journal records of the ladder. ``stop_on``: :func:`search_bundle_edit`'s."""
     if not ladder:
-        return search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend), {}
+        return search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
+                                  stop_on=stop_on), {}
 
     def attempt(factor: float, start: torch.Tensor | None) -> BundleSearch:
         return search_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
-                                  clamp=factor, start=start)
+                                  clamp=factor, start=start, stop_on=stop_on)
 
     rungs = climb(ladder, attempt, lambda f: f.succeeded,
                   lambda f: warm_start(f.delta, f.loop_succeeded) if warm else None)
     last = rungs[-1]
     found = dataclasses.replace(last.result, loss_evals=sum(r.result.loss_evals for r in rungs),
-                                losses=[x for r in rungs for x in r.result.losses])
+                                losses=[x for r in rungs for x in r.result.losses],
+                                confirms=sum(r.result.confirms for r in rungs),
+                                refused=sum(r.result.refused for r in rungs))
     return found, {"clamp_norm_factor": last.factor, "ladder_tries": len(rungs), "ladder_warm": last.warm}
 
 
@@ -190,8 +212,8 @@ def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None
 
 def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
               success_fraction: float, success_nll: float, force: bool, backend: str,
-              clamp_ladder: tuple[float, ...] | None, warm: bool = False, repair_of: int | None = None
-              ) -> BundleEditResult:
+              clamp_ladder: tuple[float, ...] | None, warm: bool = False, repair_of: int | None = None,
+              stop_on: str | None = None) -> BundleEditResult:
     t0 = time.perf_counter()
     m = b.manifest
     if clamp_ladder is None:  # the recipe's ladder once the bundle carries or will carry from_edits edits
@@ -200,8 +222,9 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
         recipe = recipe_of(m)
         needed = needs_ladder(n, recipe.ladder_from_edits)
         clamp_ladder = sequential_ladder(clamp, recipe.ladder) if needed else ()
+    stop_on = stop_on or recipe_of(m).stop_on
     found, ladder = climb_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
-                                      clamp_ladder, warm)
+                                      clamp_ladder, warm, stop_on)
     succeeded, u, w, zcfg = found.succeeded, found.u, found.w, found.zo
     hist = found.losses
     entry = None
@@ -213,15 +236,16 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
                                torch.from_numpy(w), base,
                                metrics={"status": found.status, "succeeded": succeeded,
                                         "loop_succeeded": found.loop_succeeded, "loss_evals": found.loss_evals,
-                                        "final_loss": hist[-1] if hist else None},
+                                        "final_loss": hist[-1] if hist else None,
+                                        "written_checks": found.confirms, "written_refused": found.refused},
                                config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
-                                       "success_nll": success_nll, "runtime": b.runtime, **ladder,
+                                       "success_nll": success_nll, "stop_on": stop_on, "runtime": b.runtime, **ladder,
                                        **({"repair_of": repair_of} if repair_of is not None else {})})
     log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, found.status, entry is not None, found.loss_evals)
     return BundleEditResult(request=req, status=found.status, succeeded=succeeded, applied=entry is not None,
                             entry=entry, loss_evals=found.loss_evals, wall_time=time.perf_counter() - t0,
                             final_loss=hist[-1] if hist else None, losses=hist, loop_succeeded=found.loop_succeeded,
-                            repair_of=repair_of)
+                            repair_of=repair_of, written_refused=found.refused)
 
 
 #: recorded repairs per edit at most (a fact lost again after this many is left lost)
@@ -246,7 +270,7 @@ def superseded(journal: Journal, entry: JournalEntry) -> bool:
 
 def _repair(b: Bundle, journal: Journal, keystats: dict, zo: ZOConfig, success_fraction: float,
             success_nll: float, backend: str, clamp_ladder: tuple[float, ...] | None, warm: bool,
-            just_made: int) -> list[BundleEditResult]:
+            just_made: int, stop_on: str | None = None) -> list[BundleEditResult]:
     """Re-teach every earlier edit whose fact the bundle no longer says after edit ``just_made``
     (:func:`~mobiedit.export.verify.lost_edits`; repairs themselves are not rechecked, their
     original is): a new search of its request under the current slots, recorded as a new entry
@@ -262,7 +286,7 @@ def _repair(b: Bundle, journal: Journal, keystats: dict, zo: ZOConfig, success_f
             log.warning("edit %d is lost but every slot is taken: not repaired", lost.id)
             break
         res = _edit_one(b, journal, keystats, lost.edit_request(), zo, success_fraction, success_nll, False, backend,
-                        clamp_ladder, warm, repair_of=lost.id)
+                        clamp_ladder, warm, repair_of=lost.id, stop_on=stop_on)
         log.info("repair of edit %d (%s): %s", lost.id, lost.edit_request().case_id, "applied" if res.applied else
                  "not applied")
         out.append(res)
@@ -273,7 +297,7 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
                 success_fraction: float | None = None, success_nll: float | None = None, force: bool = False,
                 backend: str = "native", lock_timeout: float = DEFAULT_TIMEOUT,
                 clamp_ladder: tuple[float, ...] | None = None, warm_ladder: bool = False,
-                repair: bool = False) -> list[BundleEditResult]:
+                repair: bool = False, stop_on: str | None = None) -> list[BundleEditResult]:
     """Edit ``requests`` one after another through the bundle's prefix + edit programs.
 
     The search (``zo``) and the success thresholds default to the bundle's recipe (manifest
@@ -289,6 +313,8 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     from the previous rung's delta (``update.ladder_warm_start``, off by default). With ``repair``,
     after each applied edit every earlier edit the bundle no longer says is re-taught
     (:func:`_repair`); its results follow the request's in the returned list, ``repair_of`` set.
+    ``stop_on`` (default: the recipe's ``success.stop_on``): ``"written"`` stops each search only
+    where its written edit holds (:func:`search_bundle_edit`), ``"loop"`` on the loop's rule.
     Raises BundleError when a request does not fit the programs' shapes, NumericalError on NaN/Inf.
 
     Each request holds the journal's write lock (:func:`mobiedit.journal_lock.journal_lock`) from
@@ -309,11 +335,11 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
         with journal_lock(b.path / JOURNAL, lock_timeout):
             journal = b.journal()  # re-read under the lock: another writer may have changed it
             res = _edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend,
-                            clamp_ladder, warm_ladder)
+                            clamp_ladder, warm_ladder, stop_on=stop_on)
             results.append(res)
             if repair and res.applied:
                 results += _repair(b, journal, keystats, zo, success_fraction, success_nll, backend, clamp_ladder,
-                                   warm_ladder, res.entry.id)
+                                   warm_ladder, res.entry.id, stop_on)
     return results
 
 

@@ -9,8 +9,18 @@ the manifest's recipe (:func:`recipe_of`): ``mobiedit edit --bundle``, :mod:`.qu
 
 Manifest form (docs/bundle_format.md)::
 
-    "recipe": {"zo": {every ZOConfig field but max_norm}, "success": {"fraction": 0.75, "nll": 0.5},
+    "recipe": {"zo": {every ZOConfig field but max_norm},
+               "success": {"fraction": 0.75, "nll": 0.5, "stop_on": "written"},
                "ladder": {"fractions": [0.5, 0.75, 1.0], "from_edits": 2}}
+
+``success.stop_on`` (optional; absent in bundles exported before session 16: ``"loop"``): what
+stops the search (:data:`STOP_ON`). ``"loop"``: the success rule on the edit program at the
+searched delta (the delta added at every rewrite row). ``"written"``: where that rule passes, the
+delta's rank-one factors are put in a free slot and the bundle rechecked
+(:func:`~mobiedit.export.verify.written_holds`, two program calls); the search goes on unless the
+written edit holds (the driver's ``confirm``, :func:`mobiedit.driver.search_value`). The written
+edit reaches each template's row through its own key (δ·wᵀk_i, not δ), so a delta that barely
+meets the rule on the edit program can miss it once written; ``"written"`` never stops there.
 
 ``ladder`` (optional; absent in bundles exported before session 15: :mod:`mobiedit.ladder`'s
 defaults): the clamp ladder (:func:`mobiedit.ladder.climb`) — an edit that leaves at least
@@ -44,6 +54,8 @@ log = logging.getLogger(__name__)
 ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig) if f.name != "max_norm")
 _KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
 SUCCESS_FIELDS = ("fraction", "nll")
+#: what stops a bundle's search: the loop's rule alone, or the written edit's verdict too
+STOP_ON = ("loop", "written")
 LADDER_FIELDS = ("fractions", "from_edits")
 MAX_RUNGS = 8  # a ladder's rungs at most (each rung is a whole search)
 MAX_SEED = 2**63 - 1  # every host holds the seed in a signed 64-bit integer (Java's long)
@@ -56,7 +68,8 @@ class Recipe:
     ``success_nll``: :func:`mobiedit.editing.objective.edit_holds` plus the loss margin), and when
     an edit climbs the clamp ladder (``ladder``: fractions of the objective's clamp, smallest
     first; ``ladder_from_edits``: from how many edits on the bundle, its own included).
-    ``from_manifest``: False when the manifest had no recipe (the shipped one was used)."""
+    ``from_manifest``: False when the manifest had no recipe (the shipped one was used).
+    ``stop_on``: one of :data:`STOP_ON` (the module docstring)."""
 
     zo: ZOConfig
     success_fraction: float
@@ -64,20 +77,27 @@ class Recipe:
     from_manifest: bool = True
     ladder: tuple[float, ...] = SEQUENTIAL_LADDER
     ladder_from_edits: int = LADDER_FROM_EDITS
+    stop_on: str = "loop"
+
+    def __post_init__(self) -> None:
+        if self.stop_on not in STOP_ON:
+            raise ConfigError(f"stop_on {self.stop_on!r} is not one of {', '.join(STOP_ON)}", where="Recipe.stop_on",
+                              fix="use 'written' (stop where the written edit holds) or 'loop'")
 
     def as_manifest(self) -> dict:
         """The manifest's ``recipe`` object."""
         zo = self.zo.as_dict()
         return {"zo": {k: zo[k] for k in ZO_FIELDS},
-                "success": {"fraction": self.success_fraction, "nll": self.success_nll},
+                "success": {"fraction": self.success_fraction, "nll": self.success_nll, "stop_on": self.stop_on},
                 "ladder": {"fractions": list(self.ladder), "from_edits": self.ladder_from_edits}}
 
 
 def shipped_recipe(K: int) -> Recipe:
     """MobiEdit's shipped recipe for edit programs of static batch ``K`` (``shapes.edit_K``):
-    :data:`mobiedit.recipes.FZOO`'s search with ``n_dirs = max(1, K − 1)``, and its success rule."""
+    :data:`mobiedit.recipes.FZOO`'s search with ``n_dirs = max(1, K − 1)``, and its success rule,
+    stopped where the written edit holds (``stop_on`` ``"written"``)."""
     zo = dataclasses.replace(FZOO.zo, n_dirs=max(1, K - 1) if FZOO.zo.estimator == "fzoo" else FZOO.zo.n_dirs)
-    return Recipe(zo, FZOO.success.fraction, FZOO.success.nll)
+    return Recipe(zo, FZOO.success.fraction, FZOO.success.nll, stop_on="written")
 
 
 def recipe_of(manifest: dict) -> Recipe:
@@ -144,7 +164,7 @@ def check_recipe(raw, where: str) -> Recipe:
     if zo.seed > MAX_SEED:
         raise _fail(where, "recipe.zo.seed", f"{zo.seed} does not fit a signed 64-bit integer",
                     fix=f"use a seed in [0, {MAX_SEED}]")
-    s = _section(r["success"], where, "recipe.success", SUCCESS_FIELDS)
+    s = _section(r["success"], where, "recipe.success", SUCCESS_FIELDS, optional=("stop_on",))
     for key in SUCCESS_FIELDS:
         _number(s[key], where, f"recipe.success.{key}", False)
     for key, check in (("fraction", check_fraction), ("nll", check_nll)):  # the rule of recipes.SuccessCriterion
@@ -152,8 +172,13 @@ def check_recipe(raw, where: str) -> Recipe:
             check(s[key], f"recipe.success.{key}")
         except ConfigError as e:
             raise _fail(where, f"recipe.success.{key}", e.message, fix=e.fix or FIX) from None
+    stop_on = s.get("stop_on", "loop")
+    if stop_on not in STOP_ON:
+        raise _fail(where, "recipe.success.stop_on", f"{str(stop_on)[:40]!r} is not one of {', '.join(STOP_ON)}",
+                    fix="use \"written\" (stop where the written edit holds) or \"loop\", or re-export the bundle")
     ladder, from_edits = _ladder(r["ladder"], where) if "ladder" in r else (SEQUENTIAL_LADDER, LADDER_FROM_EDITS)
-    return Recipe(zo, float(s["fraction"]), float(s["nll"]), ladder=ladder, ladder_from_edits=from_edits)
+    return Recipe(zo, float(s["fraction"]), float(s["nll"]), ladder=ladder, ladder_from_edits=from_edits,
+                  stop_on=stop_on)
 
 
 def _ladder(raw, where: str) -> tuple[tuple[float, ...], int]:

@@ -10,6 +10,8 @@ program). The driver
   clamp ``‖z‖ ≤ clamp_norm_factor·√d`` mean the same on every model;
 * feeds the ZO loop (:func:`mobiedit.zo.run_zo`) a ``forward`` callback (K deltas → K losses) and,
   with ``early_stop``, a ``check`` callback — the success rule :func:`success_holds`;
+* with ``confirm`` (the written verdict as the stop, :func:`search_value`), stops only where the
+  delta's *written* edit also holds — the loop's rule is then a gate before the host's verify;
 * raises :class:`~mobiedit.errors.NumericalError` on NaN/Inf (``raise_for_status``), and when the
   loop did not stop on success, checks its final delta once;
 * returns the delta in model units with the loop's verdict and what the search cost.
@@ -38,6 +40,9 @@ __all__ = ["EditGraph", "ValueSearch", "success_holds", "search_value"]
 
 #: ``on_step(calls, loss)``: after each forward batch, the graph calls so far and the batch's lowest loss
 StepFn = Callable[[int, float], None]
+#: ``confirm(delta)``: whether the edit written from ``delta`` [d] (model units) holds — the host's
+#: verify after write, asked only where the loop's own rule already passed
+ConfirmFn = Callable[[torch.Tensor], bool]
 
 
 class EditGraph(Protocol):
@@ -92,6 +97,8 @@ class ValueSearch:
     calls: int
     zo: ZOConfig
     scale: float
+    confirms: int = 0  # ``confirm`` calls (each one a written-edit check of the host's, not a loss evaluation)
+    refused: int = 0  # of those, deltas whose written edit did not hold (the loop went on)
 
 
 def _model_units(z: np.ndarray, scale: float) -> torch.Tensor:
@@ -110,7 +117,7 @@ def start_point(start: torch.Tensor | None, scale: float, max_norm: float, d: in
 
 def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveConfig, recipe: EditRecipe,
                  backend: str = "native", early_stop: bool = True, on_step: StepFn | None = None,
-                 start: torch.Tensor | None = None) -> ValueSearch:
+                 start: torch.Tensor | None = None, confirm: ConfirmFn | None = None) -> ValueSearch:
     """Search the value delta that makes ``graph`` show the target (see the module docstring).
 
     Args:
@@ -122,6 +129,10 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
         early_stop: pass the success rule to the loop as its ``check`` (else it runs to a budget).
         on_step: ``on_step(calls, min loss)`` after each forward batch (progress display).
         start: [d] the delta to start from, model units (None: δ = 0); clamped into the ball.
+        confirm: the written verdict as the stop (None: the loop's rule alone). Where the rule
+            passes at a delta, ``confirm(delta)`` decides: False and the loop goes on (the delta
+            met the search graph's rule, but its rank-one write would not say the fact). Then
+            ``succeeded`` means the written edit holds, so a host's verify after write agrees.
 
     Raises:
         NumericalError: the loop met NaN/Inf.
@@ -132,7 +143,7 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
     scale = v_norm / math.sqrt(d)
     zcfg = dataclasses.replace(recipe.zo, max_norm=objective.clamp_norm_factor * math.sqrt(d))
     per_batch = distinct_rows_per_step(zcfg.estimator, zcfg.n_dirs)
-    n = {"evals": 0, "distinct": 0, "calls": 0}
+    n = {"evals": 0, "distinct": 0, "calls": 0, "confirms": 0, "refused": 0}
 
     def forward(D: np.ndarray) -> np.ndarray:
         losses, _ = graph(_model_units(D, scale))
@@ -148,8 +159,13 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
         losses, correct = graph(delta)
         n["evals"] += 1; n["distinct"] += 1; n["calls"] += 1
         last["holds"] = edit_holds(full_rows(correct[0], graph.target_len), recipe.success.fraction)
-        return last["holds"] and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective,
-                                               recipe.success.nll)
+        passed = last["holds"] and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective,
+                                                 recipe.success.nll)
+        if passed and confirm is not None:
+            n["confirms"] += 1
+            passed = bool(confirm(delta.view(-1)))
+            n["refused"] += not passed
+        return passed
 
     res = run_zo(forward, check if early_stop else None, start_point(start, scale, zcfg.max_norm, d), zcfg,
                  backend=backend)
@@ -159,4 +175,5 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
     return ValueSearch(delta=_model_units(x, scale), status=res.status.value, succeeded=succeeded,
                        holds=succeeded or last["holds"],
                        losses=list(res.history), evals=n["evals"], distinct_evals=n["distinct"],
-                       sequences=n["evals"] * graph.n_rows, calls=n["calls"], zo=zcfg, scale=scale)
+                       sequences=n["evals"] * graph.n_rows, calls=n["calls"], zo=zcfg, scale=scale,
+                       confirms=n["confirms"], refused=n["refused"])

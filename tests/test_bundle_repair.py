@@ -105,3 +105,38 @@ def test_repair_is_refused_without_a_bundle():
     with pytest.raises(ConfigError) as err:
         cmd_edit(args)
     assert err.value.where == "--repair"
+
+
+@LLAMA
+@pytest.mark.parametrize("stop_on", ["loop", "written"])
+def test_stop_on_written_keeps_searching_past_a_write_that_fails(bundle_dir, tmp_path, monkeypatch, stop_on):
+    """Recipe ``success.stop_on``: with ``written`` the loop stops only where the written edit holds.
+    The loop's own rule is made to pass everywhere (a tiny random model meets no real rule in a few
+    steps) and the first written check to fail: the search goes on past it, every check is counted,
+    and the loop's verdict is the written one. With ``loop`` the search stops at its first check and
+    only the verify after write runs. The journal records which stop was used."""
+    import mobiedit.driver as driver
+
+    b = _copy(bundle_dir, tmp_path)
+    real, calls = ops.written_holds, []
+
+    def first_fails(*args):
+        calls.append(1)
+        return False if len(calls) == 1 else real(*args)
+
+    monkeypatch.setattr(ops, "written_holds", first_fails)
+    monkeypatch.setattr(driver, "edit_holds", lambda full, fraction: True)
+    monkeypatch.setattr(driver, "within_margin", lambda *args: True)
+    zo = dataclasses.replace(ZO, max_steps=12, max_evals=1000)
+    [res] = edit_bundle(b, [C], zo, force=True, stop_on=stop_on, clamp_ladder=())
+    e = res.entry
+    assert e.config["stop_on"] == stop_on and e.metrics["written_refused"] == res.written_refused
+    assert e.metrics["loop_succeeded"] == res.loop_succeeded
+    if stop_on == "loop":
+        assert res.loop_succeeded and res.status == "SUCCESS_CHECK" and not res.succeeded  # the write failed
+        assert e.metrics["written_checks"] == 0 and res.written_refused == 0 and len(calls) == 1  # the verify only
+        return
+    # a delta checked twice (the loop's last step, then its final point) is written once
+    assert 2 <= len(calls) <= e.metrics["written_checks"] and res.written_refused >= 1
+    assert res.loop_succeeded == res.succeeded
+    assert res.written_refused == e.metrics["written_checks"] - (1 if res.succeeded else 0)

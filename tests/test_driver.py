@@ -94,6 +94,38 @@ def test_search_value_starts_where_it_is_told(backend):
 
 
 @pytest.mark.parametrize("backend", ["python", "native"])
+def test_confirm_is_asked_only_where_the_rule_passes_and_refusals_keep_searching(backend):
+    """``confirm`` (the written verdict as the stop, recipe ``success.stop_on: written``): asked
+    only at deltas the loop's rule passed, a refusal does not stop the loop, and the search stops
+    at the first delta confirm accepts — closer to the target than where the rule alone stopped."""
+    d = 8
+    v_init = torch.full((d,), 2.0)
+    target = torch.linspace(-1, 1, d) * 0.5
+    zo = dataclasses.replace(FZOO.zo, n_dirs=4, max_steps=400, max_evals=100_000, lr=0.05)
+    recipe = EditRecipe(zo, SuccessCriterion(0.5, 10.0))
+    plain = search_value(Quadratic(target), v_init, ObjectiveConfig(), recipe, backend)
+    stop_at = float((plain.delta - target).norm())
+    asked: list[float] = []
+
+    def written(delta: torch.Tensor) -> bool:  # a stricter verdict: within half the plain stop's distance
+        dist = float((delta - target).norm())
+        asked.append(dist)
+        assert dist <= 2.0 + 1e-6  # only where the rule (two rows of radius 2 of four) passed
+        return dist <= 0.5 * stop_at
+
+    found = search_value(Quadratic(target), v_init, ObjectiveConfig(), recipe, backend, confirm=written)
+    assert plain.succeeded and plain.confirms == 0 and plain.refused == 0
+    assert found.succeeded and found.status == "SUCCESS_CHECK"
+    assert found.confirms == len(asked) >= 2 and found.refused == found.confirms - 1
+    assert float((found.delta - target).norm()) <= 0.5 * stop_at < stop_at
+    assert found.evals > plain.evals
+    never = search_value(Quadratic(target), v_init, ObjectiveConfig(),
+                         EditRecipe(dataclasses.replace(zo, max_steps=30), SuccessCriterion(0.5, 10.0)), backend,
+                         confirm=lambda delta: False)
+    assert not never.succeeded and never.status == "MAX_STEPS" and never.refused == never.confirms > 0
+
+
+@pytest.mark.parametrize("backend", ["python", "native"])
 def test_holds_is_the_row_rule_without_the_margin(backend):
     """``holds`` (the verdict comparable with the edited model's) is edit_holds at the found delta;
     ``succeeded`` adds the NLL margin. A margin no loss can meet: the search fails, the rows hold."""

@@ -57,5 +57,5 @@ def test_the_shipped_recipe_is_the_methods_config_fitted_to_K(K):
     assert (r.success_fraction, r.success_nll) == (cfg.success_fraction, cfg.success_nll)
     m = r.as_manifest()
     assert list(m["zo"]) == list(ZO_FIELDS) and "max_norm" not in m["zo"]
-    assert m["success"] == {"fraction": cfg.success_fraction, "nll": cfg.success_nll}
+    assert m["success"] == {"fraction": cfg.success_fraction, "nll": cfg.success_nll, "stop_on": "written"}
     assert m["zo"]["n_dirs"] == max(1, K - 1) and m["zo"]["lr"] == cfg.zo.lr

@@ -100,6 +100,9 @@ def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
     ("recipe.success.fraction", 1.5, "recipe.success.fraction"),
     ("recipe.success.nll", 0, "recipe.success.nll"),
     ("recipe.success.nll", True, "recipe.success.nll"),
+    ("recipe.success.stop_on", "never", "recipe.success.stop_on"),
+    ("recipe.success.stop_on", 1, "recipe.success.stop_on"),
+    ("recipe.success.stop_after", "loop", "recipe.success.stop_after"),
     ("recipe.ladder", [0.5, 1.0], "recipe.ladder"),
     ("recipe.ladder.rungs", 3, "recipe.ladder.rungs"),
     ("recipe.ladder.from_edits", KeyError, "recipe.ladder.from_edits"),
@@ -150,11 +153,20 @@ def test_the_recipe_comes_from_the_manifest_else_the_shipped_one(tmp_path):
 
     r = recipe_of(read_manifest(tmp_path))
     assert (r.ladder, r.ladder_from_edits) == (SEQUENTIAL_LADDER, LADDER_FROM_EDITS)
+    assert r.stop_on == ("written" if m["recipe"]["success"].get("stop_on") == "written" else "loop")
+    for stop in ("loop", "written"):  # what stops the search: the loop's rule, or the written edit's verdict too
+        m["recipe"]["success"]["stop_on"] = stop
+        _write(tmp_path, m)
+        assert recipe_of(read_manifest(tmp_path)).stop_on == stop
+        assert recipe_of(read_manifest(tmp_path)).as_manifest()["success"]["stop_on"] == stop
+    del m["recipe"]["success"]["stop_on"]  # exported before session 16: the loop's rule, as then
+    _write(tmp_path, m)
+    assert recipe_of(read_manifest(tmp_path)).stop_on == "loop"
     del m["recipe"]
     _write(tmp_path, m)
     old = recipe_of(read_manifest(tmp_path))
     shipped = MobiEditConfig()
-    assert not old.from_manifest and old.zo == shipped_recipe(4).zo
+    assert not old.from_manifest and old.zo == shipped_recipe(4).zo and old.stop_on == "written"
     assert old.zo.n_dirs == 3 and old.zo.K == 4  # FZOO: edit_K − 1 directions, one program call per step
     assert (old.zo.lr, old.zo.h, old.zo.max_steps, old.zo.max_evals) == \
         (shipped.zo.lr, shipped.zo.h, shipped.zo.max_steps, shipped.zo.max_evals)

@@ -30,6 +30,9 @@ def add_edit(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--repair", action="store_true",
                     help="with --bundle: after each edit, re-teach every earlier edit the bundle no longer says "
                          "(a new journal entry per repair; undoing an edit undoes its repairs)")
+    sp.add_argument("--stop-on", choices=("loop", "written"), default=None,
+                    help="with --bundle: stop each search on the loop's own rule, or only where the written edit "
+                         "also holds (default: the bundle recipe's success.stop_on; new bundles: written)")
 
 
 def _bundle_edit(args: argparse.Namespace) -> int:
@@ -52,6 +55,9 @@ def cmd_edit(args: argparse.Namespace) -> int:
     if args.repair:
         raise ConfigError("--repair applies to a bundle edit", where="--repair",
                           fix="pass --bundle BUNDLE, or drop --repair (eager sessions climb the clamp ladder)")
+    if args.stop_on is not None:
+        raise ConfigError("--stop-on applies to a bundle edit", where="--stop-on",
+                          fix="pass --bundle BUNDLE, or drop --stop-on (eager edits verify after write)")
     if args.seed is None:
         args.seed = 0
     if not args.out:
