@@ -187,7 +187,7 @@ def check_bundle(bundle, edits: list, probes: list) -> None:
     from mobiedit.errors import BundleError, ConfigError
     from mobiedit.prompts import prompt_ids, target_ids
 
-    from .ops import edit_shapes_of
+    from .verify import edit_shapes_of
     from .packing import fit_shapes, requests_needs
 
     m, n, tok = bundle.manifest, len(edits), bundle.tokenizer()

@@ -137,7 +137,7 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     to the manifest objective's ``clamp_norm_factor``; ``start``: the delta the search starts from
     (a clamp ladder's earlier rung; None: zero). ``succeeded`` is the verdict of the programs with
     the factors in a slot (:func:`~mobiedit.export.verify.written_holds`), the search's own in
-    ``loop_succeeded``. ``stop_on`` (default: the recipe's, :data:`~mobiedit.export.recipe.STOP_ON`):
+    ``loop_succeeded``. ``stop_on`` (default: the recipe's, :data:`~mobiedit.recipes.STOP_ON`):
     ``"written"`` makes that written verdict the search's stop (the driver's ``confirm``)."""
     m = b.manifest
     recipe_m = recipe_of(m)
@@ -210,7 +210,7 @@ def _resolve(recipe: Recipe, zo: ZOConfig | None, success_fraction: float | None
             recipe.success_nll if success_nll is None else success_nll)
 
 
-def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
+def _edit_one(b: Bundle, recipe: Recipe, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig,
               success_fraction: float, success_nll: float, force: bool, backend: str,
               clamp_ladder: tuple[float, ...] | None, warm: bool = False, repair_of: int | None = None,
               stop_on: str | None = None) -> BundleEditResult:
@@ -219,10 +219,9 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
     if clamp_ladder is None:  # the recipe's ladder once the bundle carries or will carry from_edits edits
         n = len(journal.entries(active_only=True)) + 1
         clamp = ObjectiveConfig(**m["edit"]["objective"]).clamp_norm_factor
-        recipe = recipe_of(m)
         needed = needs_ladder(n, recipe.ladder_from_edits)
         clamp_ladder = sequential_ladder(clamp, recipe.ladder) if needed else ()
-    stop_on = stop_on or recipe_of(m).stop_on
+    stop_on = stop_on or recipe.stop_on
     found, ladder = climb_bundle_edit(b, journal, keystats, req, zo, success_fraction, success_nll, backend,
                                       clamp_ladder, warm, stop_on)
     succeeded, u, w, zcfg = found.succeeded, found.u, found.w, found.zo
@@ -252,9 +251,14 @@ def _edit_one(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo:
 MAX_REPAIRS = 2
 
 
+def repair_target(entry: JournalEntry) -> int | None:
+    """The id of the edit ``entry`` re-teaches (config ``repair_of``), None when it is not a repair."""
+    return (entry.config or {}).get("repair_of")
+
+
 def repairs_of(journal: Journal, edit_id: int, active_only: bool = True) -> list[JournalEntry]:
     """The journal entries that re-teach edit ``edit_id`` (config ``repair_of``)."""
-    return [e for e in journal.entries(active_only=active_only) if (e.config or {}).get("repair_of") == edit_id]
+    return [e for e in journal.entries(active_only=active_only) if repair_target(e) == edit_id]
 
 
 def superseded(journal: Journal, entry: JournalEntry) -> bool:
@@ -268,7 +272,7 @@ def superseded(journal: Journal, entry: JournalEntry) -> bool:
                for e in journal.entries(active_only=True))
 
 
-def _repair(b: Bundle, journal: Journal, keystats: dict, zo: ZOConfig, success_fraction: float,
+def _repair(b: Bundle, recipe: Recipe, journal: Journal, keystats: dict, zo: ZOConfig, success_fraction: float,
             success_nll: float, backend: str, clamp_ladder: tuple[float, ...] | None, warm: bool,
             just_made: int, stop_on: str | None = None) -> list[BundleEditResult]:
     """Re-teach every earlier edit whose fact the bundle no longer says after edit ``just_made``
@@ -277,7 +281,7 @@ def _repair(b: Bundle, journal: Journal, keystats: dict, zo: ZOConfig, success_f
     (config ``repair_of``) only when its written edit holds. The earlier entry stays — the repair
     was solved with it in place. At most :data:`MAX_REPAIRS` recorded repairs per edit; none
     when the slots are full; none for a fact a later edit replaced (:func:`superseded`)."""
-    skip = {just_made} | {e.id for e in journal.entries(active_only=True) if "repair_of" in (e.config or {})}
+    skip = {just_made} | {e.id for e in journal.entries(active_only=True) if repair_target(e) is not None}
     out = []
     for lost in lost_edits(b, journal, success_fraction, skip):
         if len(repairs_of(journal, lost.id)) >= MAX_REPAIRS or superseded(journal, lost):
@@ -285,8 +289,8 @@ def _repair(b: Bundle, journal: Journal, keystats: dict, zo: ZOConfig, success_f
         if len(journal.entries(active_only=True)) >= b.manifest["slots"]:
             log.warning("edit %d is lost but every slot is taken: not repaired", lost.id)
             break
-        res = _edit_one(b, journal, keystats, lost.edit_request(), zo, success_fraction, success_nll, False, backend,
-                        clamp_ladder, warm, repair_of=lost.id, stop_on=stop_on)
+        res = _edit_one(b, recipe, journal, keystats, lost.edit_request(), zo, success_fraction, success_nll, False,
+                        backend, clamp_ladder, warm, repair_of=lost.id, stop_on=stop_on)
         log.info("repair of edit %d (%s): %s", lost.id, lost.edit_request().case_id, "applied" if res.applied else
                  "not applied")
         out.append(res)
@@ -329,17 +333,18 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     b = _open(bundle)
     _check_edit_interface(b)
     keystats = b.keystats()
-    zo, success_fraction, success_nll = _resolve(recipe_of(b.manifest), zo, success_fraction, success_nll)
+    recipe = recipe_of(b.manifest)
+    zo, success_fraction, success_nll = _resolve(recipe, zo, success_fraction, success_nll)
     results = []
     for r in requests:
         with journal_lock(b.path / JOURNAL, lock_timeout):
             journal = b.journal()  # re-read under the lock: another writer may have changed it
-            res = _edit_one(b, journal, keystats, r, zo, success_fraction, success_nll, force, backend,
+            res = _edit_one(b, recipe, journal, keystats, r, zo, success_fraction, success_nll, force, backend,
                             clamp_ladder, warm_ladder, stop_on=stop_on)
             results.append(res)
             if repair and res.applied:
-                results += _repair(b, journal, keystats, zo, success_fraction, success_nll, backend, clamp_ladder,
-                                   warm_ladder, res.entry.id, stop_on)
+                results += _repair(b, recipe, journal, keystats, zo, success_fraction, success_nll, backend,
+                                   clamp_ladder, warm_ladder, res.entry.id, stop_on)
     return results
 
 

@@ -33,7 +33,7 @@ def _fits(bundle_dir: Path, reqs) -> bool:
     from mobiedit.editing.config import ObjectiveConfig
 
     from .bundle import load_bundle
-    from .ops import edit_shapes_of
+    from .verify import edit_shapes_of
     from .packing import fit_shapes, requests_needs
 
     try:

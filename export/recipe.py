@@ -14,8 +14,8 @@ Manifest form (docs/bundle_format.md)::
                "ladder": {"fractions": [0.5, 0.75, 1.0], "from_edits": 2}}
 
 ``success.stop_on`` (optional; absent in bundles exported before session 16: ``"loop"``): what
-stops the search (:data:`STOP_ON`). ``"loop"``: the success rule on the edit program at the
-searched delta (the delta added at every rewrite row). ``"written"``: where that rule passes, the
+stops the search (:data:`mobiedit.recipes.STOP_ON`). ``"loop"``: the success rule on the edit
+program at the searched delta (the delta added at every rewrite row). ``"written"``: where that rule passes, the
 delta's rank-one factors are put in a free slot and the bundle rechecked
 (:func:`~mobiedit.export.verify.written_holds`, two program calls); the search goes on unless the
 written edit holds (the driver's ``confirm``, :func:`mobiedit.driver.search_value`). The written
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from mobiedit.editing.config import check_ladder
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
-from mobiedit.recipes import FZOO, check_fraction, check_nll
+from mobiedit.recipes import FZOO, check_fraction, check_nll, check_stop_on
 from mobiedit.zo import ZOConfig
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,7 @@ log = logging.getLogger(__name__)
 ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig) if f.name != "max_norm")
 _KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
 SUCCESS_FIELDS = ("fraction", "nll")
-#: what stops a bundle's search: the loop's rule alone, or the written edit's verdict too
-STOP_ON = ("loop", "written")
+
 LADDER_FIELDS = ("fractions", "from_edits")
 MAX_RUNGS = 8  # a ladder's rungs at most (each rung is a whole search)
 MAX_SEED = 2**63 - 1  # every host holds the seed in a signed 64-bit integer (Java's long)
@@ -69,7 +68,7 @@ class Recipe:
     an edit climbs the clamp ladder (``ladder``: fractions of the objective's clamp, smallest
     first; ``ladder_from_edits``: from how many edits on the bundle, its own included).
     ``from_manifest``: False when the manifest had no recipe (the shipped one was used).
-    ``stop_on``: one of :data:`STOP_ON` (the module docstring)."""
+    ``stop_on``: one of :data:`mobiedit.recipes.STOP_ON` (the module docstring)."""
 
     zo: ZOConfig
     success_fraction: float
@@ -80,9 +79,7 @@ class Recipe:
     stop_on: str = "loop"
 
     def __post_init__(self) -> None:
-        if self.stop_on not in STOP_ON:
-            raise ConfigError(f"stop_on {self.stop_on!r} is not one of {', '.join(STOP_ON)}", where="Recipe.stop_on",
-                              fix="use 'written' (stop where the written edit holds) or 'loop'")
+        check_stop_on(self.stop_on, "Recipe.stop_on")
 
     def as_manifest(self) -> dict:
         """The manifest's ``recipe`` object."""
@@ -173,9 +170,10 @@ def check_recipe(raw, where: str) -> Recipe:
         except ConfigError as e:
             raise _fail(where, f"recipe.success.{key}", e.message, fix=e.fix or FIX) from None
     stop_on = s.get("stop_on", "loop")
-    if stop_on not in STOP_ON:
-        raise _fail(where, "recipe.success.stop_on", f"{str(stop_on)[:40]!r} is not one of {', '.join(STOP_ON)}",
-                    fix="use \"written\" (stop where the written edit holds) or \"loop\", or re-export the bundle")
+    try:
+        check_stop_on(stop_on, "recipe.success.stop_on")
+    except ConfigError as e:
+        raise _fail(where, "recipe.success.stop_on", e.message, fix=e.fix) from None
     ladder, from_edits = _ladder(r["ladder"], where) if "ladder" in r else (SEQUENTIAL_LADDER, LADDER_FROM_EDITS)
     return Recipe(zo, float(s["fraction"]), float(s["nll"]), ladder=ladder, ladder_from_edits=from_edits,
                   stop_on=stop_on)

@@ -37,6 +37,8 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     # the search sees what the write delivers at each row's key (UpdateConfig.written_gain, issue 18)
     "rome-written": ("rome", {"update": {"written_gain": True}}),
     "fzoo-written": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"written_gain": True}}),
+    # the search stops only where the edited float model says the fact (stop_on "written", issue 18)
+    "fzoo-stopw": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "stop_on": "written"}),
     # the keys read from the quantized forward copy the search ran on, not the served float model
     "fzoo-searchkeys": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"key_source": "search"}}),
     "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),

@@ -19,7 +19,20 @@ from dataclasses import dataclass, field
 from mobiedit.errors import ConfigError
 from mobiedit.zo.config import ZOConfig
 
-__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "PAPER", "ANTITHETIC", "check_fraction", "check_nll"]
+__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "PAPER", "ANTITHETIC", "STOP_ON", "check_fraction", "check_nll",
+           "check_stop_on"]
+
+#: what stops a value search: ``"loop"`` — the success rule on the search's own graph at the
+#: searched delta; ``"written"`` — where that rule passes, the host's verify after write too (the
+#: driver's ``confirm``: the delta's rank-one write must say the fact, else the search goes on)
+STOP_ON = ("loop", "written")
+
+
+def check_stop_on(value, where: str) -> None:
+    """Refuse a ``stop_on`` that is not one of :data:`STOP_ON` (``where``: the field's dotted name)."""
+    if value not in STOP_ON:
+        raise ConfigError(f"stop_on {str(value)[:40]!r} is not one of {', '.join(STOP_ON)}", where=where,
+                          fix="use 'written' (stop where the written edit holds) or 'loop' (the search's own rule)")
 
 
 def check_fraction(value: float, where: str) -> None:

@@ -198,8 +198,10 @@ def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | Non
 
 
 #: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`;
-#: a batch edit's batch and its size, :mod:`mobiedit.batch`)
-JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm", "batch", "batch_size")
+#: a batch edit's batch and its size, :mod:`mobiedit.batch`; a search stopped on the written verdict,
+#: ``stop_on`` "written", its checks and refusals — the last rung's)
+JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm", "batch", "batch_size", "stop_on",
+                    "written_checks", "written_refused")
 
 
 def journal_config(out: EditOutcome) -> dict:

@@ -92,3 +92,40 @@ def test_the_written_check_reads_what_a_full_forward_of_the_edited_model_reads(t
     assert abs(chk.loss - float(loss[0])) < 1e-4 * max(1.0, abs(float(loss[0])))
     full = (correct[0] == inputs.target_len).float().mean()
     assert abs(chk.rows_correct - float(full)) < 1e-6
+
+
+def test_mobiedit_stop_on_written_searches_past_a_write_that_fails(tiny_llama_dir, monkeypatch):
+    """``stop_on: written`` (issue 18): the eager search stops only where the edited float model
+    says the fact. The loop's rule is made to pass everywhere and the first written check to fail:
+    the search goes on, counts its checks, and its verdict is the edited model's."""
+    import pytest
+
+    import mobiedit.driver as driver
+    import mobiedit.methods.mobiedit as me
+    from mobiedit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="stop_on"):
+        MobiEditConfig(stop_on="sometimes")
+    with pytest.raises(ConfigError, match="verify_write"):
+        MobiEditConfig(stop_on="written", verify_write=False)
+    lm = load_model(tiny_llama_dir)
+    z = ZOConfig(estimator="fzoo", n_dirs=8, h=0.05, optimizer="adam", lr=0.5, max_steps=10, max_evals=10_000)
+    cfg = MobiEditConfig(layer=0, zo=z, quant=QuantConfig("w8a16"), mom2_adjustment=False, context=CTX,
+                         stop_on="written")
+    ctx = prepare(lm, cfg, seed=0)
+    real, calls = me.check_factors, []
+
+    def first_fails(*args):
+        calls.append(1)
+        chk = real(*args)
+        return dataclasses.replace(chk, holds=False) if len(calls) == 1 else chk
+
+    monkeypatch.setattr(me, "check_factors", first_fails)
+    monkeypatch.setattr(driver, "edit_holds", lambda full, fraction: True)
+    monkeypatch.setattr(driver, "within_margin", lambda *args: True)
+    out = run_method(lm, REQ, cfg, ctx)
+    assert out.config["stop_on"] == "written" and out.config["written_checks"] == len(calls) >= 2
+    assert out.config["written_refused"] >= 1 and out.loop_succeeded == out.succeeded == out.write["holds"]
+    assert out.config["written_refused"] == len(calls) - (1 if out.succeeded else 0)
+    loop = run_method(lm, REQ, dataclasses.replace(cfg, stop_on="loop"), ctx)  # the loop's rule: first check stops
+    assert "written_checks" not in loop.config and loop.loop_succeeded and len(calls) == out.config["written_checks"]

@@ -116,7 +116,7 @@ def tensor(t: torch.Tensor, values: bool = False) -> dict:
 
 def edit_case(bundle_dir: Path) -> dict:
     from mobiedit.export import load_bundle
-    from mobiedit.export.ops import edit_shapes_of
+    from mobiedit.export.verify import edit_shapes_of
     from mobiedit.export.packing import edit_feed, pack_edit
     from mobiedit.requests import requests_from_cli
     from mobiedit.editing.config import ObjectiveConfig

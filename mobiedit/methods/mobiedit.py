@@ -24,10 +24,11 @@ from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig
 from ..editing.context import EditInputs, build_edit_inputs
-from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll
+from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll, check_stop_on
 from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
 from .rome import factors_from_delta, key_model, search_keys
+from .verify import check_factors
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class MobiEditConfig:
     mom2_ridge: float = 1e-4
     verify_write: bool = True       # the verdict is the edited model's (methods.verify), not the loop's
     update: UpdateConfig = field(default_factory=UpdateConfig)
+    stop_on: str = "loop"           # recipes.STOP_ON: "written" — the loop stops only where the edited
+                                    # model says the fact (methods.verify.check_factors as the driver's confirm)
 
     def __post_init__(self) -> None:
         if self.layer < 0:
@@ -61,6 +64,10 @@ class MobiEditConfig:
                               fix="pick a layer index of the model")
         check_fraction(self.success_fraction, "mobiedit.success_fraction")
         check_nll(self.success_nll, "mobiedit.success_nll")
+        check_stop_on(self.stop_on, "mobiedit.stop_on")
+        if self.stop_on == "written" and not self.verify_write:
+            raise ConfigError("stop_on 'written' needs the write check", where="mobiedit.stop_on",
+                              fix="set verify_write: true, or stop_on: loop")
         if self.backend not in ("native", "python"):
             raise ConfigError(f"unknown backend {self.backend!r}", where="mobiedit.backend",
                               fix="use 'native' (C++ engine) or 'python' (reference)")
@@ -123,10 +130,19 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     klm = key_model(lm, fwd_model, cfg.update)
     keys, gains = search_keys(klm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     graph, state, _ = build_graph(fwd_model, lm, inputs, cfg, gains)
-    found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step, start)
+
+    def written_says(delta: torch.Tensor) -> bool:  # stop_on "written": the edited float model's verdict
+        u, w, _ = factors_from_delta(klm, ctx, req, cfg.layer, delta, cfg.mom2_ridge, cfg.update, keys)
+        return check_factors(lm, req, cfg.layer, u, w, ctx, cfg.objective, cfg.success_fraction, None).holds
+
+    confirm = written_says if cfg.stop_on == "written" else None
+    found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step, start,
+                         confirm)
     u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=found.succeeded, status=found.status, loss_evals=found.evals,
-                       sequences=found.sequences, forward_calls=found.calls + 2, backward_calls=0,
-                       wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed, key=key,
-                       distinct_evals=found.distinct_evals, loop_holds=found.holds, delta=found.delta)
+                       sequences=found.sequences, forward_calls=found.calls + 2 + 4 * found.confirms,
+                       backward_calls=0, wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed,
+                       key=key, distinct_evals=found.distinct_evals, loop_holds=found.holds, delta=found.delta,
+                       config={"stop_on": cfg.stop_on, "written_checks": found.confirms,
+                               "written_refused": found.refused} if confirm is not None else {})

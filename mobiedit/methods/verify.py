@@ -73,20 +73,28 @@ def says_now(lm: LoadedModel, req: EditRequest, ctx: ModelContext, objective: Ob
 
 def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: ModelContext, objective: ObjectiveConfig,
                   success_fraction: float, success_nll: float | None) -> WriteCheck:
-    """Apply ``out``'s factors to ``lm.model``, judge, restore. ``success_nll`` None: the rule is
+    """Apply ``out``'s factors to ``lm.model``, judge, restore (:func:`check_factors`)."""
+    return check_factors(lm, req, out.layer, out.u, out.w, ctx, objective, success_fraction, success_nll)
+
+
+def check_factors(lm: LoadedModel, req: EditRequest, layer: int, u: torch.Tensor, w: torch.Tensor, ctx: ModelContext,
+                  objective: ObjectiveConfig, success_fraction: float, success_nll: float | None) -> WriteCheck:
+    """Apply the rank-one factors ``u``, ``w`` at ``layer`` to ``lm.model``, judge, restore the
+    weight bit-exactly. ``success_nll`` None: the rule is
     :func:`~mobiedit.editing.objective.edit_holds` alone (ROME's); else also
-    :func:`~mobiedit.editing.objective.within_margin` (MobiEdit's)."""
-    fam, layer = lm.family, out.layer
+    :func:`~mobiedit.editing.objective.within_margin` (MobiEdit's). Four forwards of ``lm.model``
+    (unedited prefix state, keys, edited prefix and suffix)."""
+    fam = lm.family
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, objective)
     state = compute_prefix_state(lm.model, fam, layer, inputs)  # unedited: the KL reference
     prompts = [t.replace("{}", req.rewrite_prompt) for t in ctx.templates]
     keys, _ = keys_at_subject(lm.model, fam, layer, lm.tokenizer, [req.rewrite_prompt, *prompts], req.subject)
-    gain = (keys.double() @ out.w.double().to(keys.device)) - 1.0
+    gain = (keys.double() @ w.double().to(keys.device)) - 1.0
     weight = get_module(lm.model, fam.mlp_out, layer).weight
     saved = weight.detach().clone()
     try:
         with torch.no_grad():
-            weight.copy_(apply_factors(weight, out.u, out.w, fam.weight_out_in))
+            weight.copy_(apply_factors(weight, u, w, fam.weight_out_in))
         losses, correct = _model_rows(lm, inputs, layer, objective, state.kl_ref)
     finally:
         with torch.no_grad():

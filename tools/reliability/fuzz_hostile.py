@@ -110,7 +110,7 @@ def _manifest_usable(m: dict) -> str | None:
     """What a host derives from an accepted manifest must work and stay bounded."""
     from mobiedit.export.generate import CacheShape
     from mobiedit.export.manifest_check import MAX_ELEMENTS
-    from mobiedit.export.ops import edit_shapes_of
+    from mobiedit.export.verify import edit_shapes_of
     from mobiedit.export.recipe import recipe_of
     from mobiedit.editing.config import ObjectiveConfig
 

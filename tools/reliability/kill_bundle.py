@@ -95,7 +95,7 @@ def select_requests(bundle: str, out: str, n: int) -> list[str]:
     from mobiedit.atomic import atomic_write_text
     from mobiedit.errors import BundleError
     from mobiedit.export.bundle import load_bundle
-    from mobiedit.export.ops import edit_shapes_of
+    from mobiedit.export.verify import edit_shapes_of
     from mobiedit.export.packing import pack_edit
     from mobiedit.requests import bundled_path, load_requests
     from mobiedit.editing.config import ObjectiveConfig
