@@ -94,7 +94,7 @@ def shipped_recipe(K: int) -> Recipe:
     :data:`mobiedit.recipes.FZOO`'s search with ``n_dirs = max(1, K − 1)``, and its success rule,
     stopped where the written edit holds (``stop_on`` ``"written"``)."""
     zo = dataclasses.replace(FZOO.zo, n_dirs=max(1, K - 1) if FZOO.zo.estimator == "fzoo" else FZOO.zo.n_dirs)
-    return Recipe(zo, FZOO.success.fraction, FZOO.success.nll, stop_on="written")
+    return Recipe(zo, FZOO.success.fraction, FZOO.success.nll, stop_on=FZOO.success.stop_on)
 
 
 def recipe_of(manifest: dict) -> Recipe:

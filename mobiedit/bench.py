@@ -32,12 +32,21 @@ def row_identity(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed:
             "requests_sha256": files_sha256([Path(req_file)]), "layer": layer, "seed": seed, "ability": ability}
 
 
+#: config fields whose default changed after they existed, with the value a log that predates the
+#: field ran with (its absence in a log means that value, not today's default): ``stop_on`` came
+#: in session 16 defaulting to "loop", the behaviour of every earlier log; its default is "written" now
+LEGACY_DEFAULTS = {"stop_on": "loop"}
+
+
 def identity_defaults(cfg) -> dict:
-    """The defaults of ``cfg``'s config class, shaped like :func:`row_identity` (a row log written
-    before a config field existed resumes when the row leaves that field at its default)."""
+    """What a field missing from an older row log stands for, shaped like :func:`row_identity` (a
+    row log written before a config field existed resumes when the row sets that field to the
+    value the older code ran with): the defaults of ``cfg``'s config class, with
+    :data:`LEGACY_DEFAULTS` over those it has."""
     from .config_io import to_dict
 
-    return {"config": to_dict(type(cfg)())}
+    defaults = to_dict(type(cfg)())
+    return {"config": {**defaults, **{k: v for k, v in LEGACY_DEFAULTS.items() if k in defaults}}}
 
 
 def verdict_figures(recs: list[dict]) -> dict:

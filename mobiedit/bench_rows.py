@@ -37,8 +37,11 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     # the search sees what the write delivers at each row's key (UpdateConfig.written_gain, issue 18)
     "rome-written": ("rome", {"update": {"written_gain": True}}),
     "fzoo-written": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"written_gain": True}}),
-    # the search stops only where the edited float model says the fact (stop_on "written", issue 18)
+    # the search stops only where the edited float model says the fact (stop_on "written", issue 18;
+    # the shipped rule since session 17, so the same as fzoo — kept for its logs), and on the
+    # search's own rule alone (the shipped rule before: fzoo's logs of sessions 15–16)
     "fzoo-stopw": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "stop_on": "written"}),
+    "fzoo-loop": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "stop_on": "loop"}),
     # the keys read from the quantized forward copy the search ran on, not the served float model
     "fzoo-searchkeys": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"key_source": "search"}}),
     "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),

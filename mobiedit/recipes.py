@@ -58,15 +58,20 @@ class SuccessCriterion:
     ``fraction``: :func:`mobiedit.editing.objective.edit_holds` — the plain rewrite prompt and at
     least this share of all rewrite rows show the whole target as the argmax; ``nll``:
     :func:`mobiedit.editing.objective.within_margin` — the objective minus its decay term (mean
-    target NLL per token + KL) is at most this, a margin like ROME's loss-based stop.
+    target NLL per token + KL) is at most this, a margin like ROME's loss-based stop; ``stop_on``
+    (:data:`STOP_ON`): where the rule passes, whether the search stops (``"loop"``) or stops only
+    if the host's written edit also holds (``"written"``, the shipped rule since session 17: the
+    driver's ``confirm``; a host that cannot check the write passes none and gets ``"loop"``).
     """
 
     fraction: float = 0.75
     nll: float = 0.5
+    stop_on: str = "written"
 
     def __post_init__(self) -> None:
         check_fraction(self.fraction, "SuccessCriterion.fraction")
         check_nll(self.nll, "SuccessCriterion.nll")
+        check_stop_on(self.stop_on, "SuccessCriterion.stop_on")
 
 
 @dataclass(frozen=True)

@@ -136,9 +136,12 @@ def _with_costs_of(out: EditOutcome, before: EditOutcome) -> EditOutcome:
 
     distinct = None if out.distinct_evals is None and before.distinct_evals is None else \
         (before.distinct_evals or before.loss_evals) + (out.distinct_evals or out.loss_evals)
+    summed = {k: before.config.get(k, 0) + out.config[k] for k in ("written_checks", "written_refused")
+              if k in out.config}  # every rung's written-edit checks, as the bundle path counts them
     return dataclasses.replace(out, loss_evals=add("loss_evals"), sequences=add("sequences"),
                                forward_calls=add("forward_calls"), backward_calls=add("backward_calls"),
-                               wall_time=add("wall_time"), losses=before.losses + out.losses, distinct_evals=distinct)
+                               wall_time=add("wall_time"), losses=before.losses + out.losses, distinct_evals=distinct,
+                               config={**out.config, **summed})
 
 
 def run_once(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
@@ -153,6 +156,8 @@ def run_once(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelCon
     out = edit_fn(lm, req, cfg, ctx, on_step=on_step, start=start, **searched)
     if not cfg.verify_write:
         return out
+    if out.write:  # the method's search already judged these factors on the edited model (stop_on "written")
+        return dataclasses.replace(out, succeeded=out.write["holds"], loop_succeeded=out.succeeded)
     t0 = time.perf_counter()
     # "the model says the new fact": edit_holds on the edited model, for both methods; the NLL
     # margin of MobiEdit's check stays what it is, the search's stop rule (docs/results.md)
@@ -199,7 +204,7 @@ def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | Non
 
 #: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`;
 #: a batch edit's batch and its size, :mod:`mobiedit.batch`; a search stopped on the written verdict,
-#: ``stop_on`` "written", its checks and refusals — the last rung's)
+#: ``stop_on`` "written", its checks and refusals — summed over a ladder's rungs, as the bundle's)
 JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm", "batch", "batch_size", "stop_on",
                     "written_checks", "written_refused")
 

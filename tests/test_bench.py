@@ -179,3 +179,47 @@ def test_a_row_log_from_before_a_new_config_field_resumes_at_its_default(tmp_pat
     RowLog(path, new, defaults)  # resumes
     with pytest.raises(ConfigError, match="different config"):
         RowLog(path, {**new, "config": {"lr": 0.1, "update": {"rule": "rome", "clamp_ladder": []}}}, defaults)
+
+
+def test_a_log_from_before_stop_on_reads_as_the_loop_rule_it_ran_with(tmp_path):
+    """``stop_on``'s default changed ("loop" -> "written", session 17): a row log that predates the
+    field ran with the loop's rule, so it resumes a ``stop_on: loop`` row and is refused by today's
+    default row (``fzoo``), whose results it would otherwise be mixed into."""
+    from mobiedit.bench import identity_defaults, row_identity
+    from mobiedit.bench_rows import RowSpec, row_config
+    from mobiedit.config_io import to_dict
+    from mobiedit.errors import ConfigError
+    from mobiedit.rowlog import RowLog
+
+    shipped = row_config("fzoo", 1, 0, (), None)
+    assert shipped.stop_on == "written" and row_config("fzoo-loop", 1, 0, (), None).stop_on == "loop"
+    assert identity_defaults(shipped)["config"]["stop_on"] == "loop"
+    req = tmp_path / "r.json"
+    req.write_text("[]")
+    ident = {name: row_identity(RowSpec(name, 1), str(tmp_path), str(req), 1, 0, False) for name in ("fzoo", "fzoo-loop")}
+    old = {**ident["fzoo-loop"], "config": {k: v for k, v in ident["fzoo-loop"]["config"].items() if k != "stop_on"}}
+    RowLog(tmp_path / "a.jsonl", old)
+    RowLog(tmp_path / "a.jsonl", ident["fzoo-loop"], identity_defaults(shipped))  # resumes
+    old_shipped = {**old, "row": "fzoo"}
+    RowLog(tmp_path / "b.jsonl", old_shipped)
+    with pytest.raises(ConfigError, match="different config"):
+        RowLog(tmp_path / "b.jsonl", ident["fzoo"], identity_defaults(shipped))
+    assert to_dict(shipped)["stop_on"] == "written"
+
+
+def test_a_clamp_ladder_counts_every_rungs_written_checks():
+    """``written_checks`` / ``written_refused`` of a laddered edit are summed over its rungs, the
+    bundle path's convention (export.ops.climb_bundle_edit), not the last rung's."""
+    import torch
+
+    from mobiedit.methods.common import EditOutcome
+    from mobiedit.session import _with_costs_of
+
+    def rung(checks: int, refused: int) -> EditOutcome:
+        return EditOutcome(method="mobiedit", layer=0, module="m", u=torch.zeros(1), w=torch.zeros(1), succeeded=False,
+                           status="MAX_STEPS", loss_evals=10, sequences=20, forward_calls=3, backward_calls=0,
+                           wall_time=1.0, losses=[1.0],
+                           config={"stop_on": "written", "written_checks": checks, "written_refused": refused})
+
+    total = _with_costs_of(rung(1, 0), rung(3, 3))
+    assert total.config == {"stop_on": "written", "written_checks": 4, "written_refused": 3} and total.loss_evals == 20

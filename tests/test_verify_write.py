@@ -57,7 +57,8 @@ def test_rome_verdict_is_the_edited_models(tiny_llama_dir):
 def test_mobiedit_reports_both_verdicts_and_can_skip_the_check(tiny_llama_dir):
     lm = load_model(tiny_llama_dir)
     z = ZOConfig(estimator="fzoo", n_dirs=8, h=0.05, optimizer="adam", lr=0.5, max_steps=40, max_evals=10_000)
-    cfg = MobiEditConfig(layer=0, zo=z, quant=QuantConfig("w8a16"), mom2_adjustment=False, context=CTX)
+    cfg = MobiEditConfig(layer=0, zo=z, quant=QuantConfig("w8a16"), mom2_adjustment=False, context=CTX,
+                         stop_on="loop")  # the check after the search (the shipped "written" asks it within)
     ctx = prepare(lm, cfg, seed=0)
     out = run_method(lm, REQ, cfg, ctx)
     assert out.succeeded == out.write["holds"] and isinstance(out.loop_succeeded, bool)
@@ -113,19 +114,31 @@ def test_mobiedit_stop_on_written_searches_past_a_write_that_fails(tiny_llama_di
     cfg = MobiEditConfig(layer=0, zo=z, quant=QuantConfig("w8a16"), mom2_adjustment=False, context=CTX,
                          stop_on="written")
     ctx = prepare(lm, cfg, seed=0)
-    real, calls = me.check_factors, []
+    assert MobiEditConfig().stop_on == "written"  # the shipped rule (recipes.FZOO.success.stop_on)
+    real, calls, built = me.WrittenJudge.__call__, [], []
+    real_build = me.written_judge
 
-    def first_fails(*args):
+    def first_fails(self, *args):
         calls.append(1)
-        chk = real(*args)
-        return dataclasses.replace(chk, holds=False) if len(calls) == 1 else chk
+        chk = real(self, *args)
+        return dataclasses.replace(chk, holds=len(calls) > 1)  # the first write fails, the next holds
 
-    monkeypatch.setattr(me, "check_factors", first_fails)
+    def counted_build(*args):
+        built.append(1)
+        return real_build(*args)
+
+    monkeypatch.setattr(me.WrittenJudge, "__call__", first_fails)
+    monkeypatch.setattr(me, "written_judge", counted_build)
     monkeypatch.setattr(driver, "edit_holds", lambda full, fraction: True)
     monkeypatch.setattr(driver, "within_margin", lambda *args: True)
     out = run_method(lm, REQ, cfg, ctx)
-    assert out.config["stop_on"] == "written" and out.config["written_checks"] == len(calls) >= 2
-    assert out.config["written_refused"] >= 1 and out.loop_succeeded == out.succeeded == out.write["holds"]
-    assert out.config["written_refused"] == len(calls) - (1 if out.succeeded else 0)
+    assert out.config == {"stop_on": "written", "written_checks": 2, "written_refused": 1}
+    assert out.loop_succeeded and out.succeeded and out.write["holds"] and out.status == "SUCCESS_CHECK"
+    # the delta-independent part measured once per search; the found delta's verdict is the session's
+    # (not asked again: two judge calls in all) and its figures are the edited model's
+    assert len(built) == 1 and len(calls) == 2
+    again = real(real_build(lm, REQ, cfg.layer, ctx, cfg.objective), out.u, out.w, cfg.success_fraction, None)
+    assert out.write == {**again.as_dict(), "holds": True}
+    n = len(calls)
     loop = run_method(lm, REQ, dataclasses.replace(cfg, stop_on="loop"), ctx)  # the loop's rule: first check stops
-    assert "written_checks" not in loop.config and loop.loop_succeeded and len(calls) == out.config["written_checks"]
+    assert "written_checks" not in loop.config and loop.loop_succeeded and len(calls) == n + 1  # the verify after

@@ -32,7 +32,8 @@ def main() -> None:
         args.work.mkdir(parents=True, exist_ok=True)
         bs._spawn(bs._build_child, (args.shape, str(fp32)), "build")
         bs._spawn(bs._quantize_child, (str(fp32), args.layer, str(q)), "quantize")
-    mm.MobiEditConfig = functools.partial(mm.MobiEditConfig, verify_write=bool(args.verify))
+    mm.MobiEditConfig = functools.partial(mm.MobiEditConfig, verify_write=bool(args.verify),
+                                          **({} if args.verify else {"stop_on": "loop"}))
     out = args.work / f"verify{args.verify}.json"
     bs._child("mobiedit", str(q), args.layer, args.steps, str(out))
     res = json.loads(out.read_text())

@@ -27,8 +27,8 @@ from ..editing.context import EditInputs, build_edit_inputs
 from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll, check_stop_on
 from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
-from .rome import factors_from_delta, key_model, search_keys
-from .verify import check_factors
+from .rome import edit_keys, factors_from_delta, key_model, search_keys
+from .verify import WriteCheck, WrittenJudge, written_judge
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,9 @@ class MobiEditConfig:
     mom2_ridge: float = 1e-4
     verify_write: bool = True       # the verdict is the edited model's (methods.verify), not the loop's
     update: UpdateConfig = field(default_factory=UpdateConfig)
-    stop_on: str = "loop"           # recipes.STOP_ON: "written" — the loop stops only where the edited
-                                    # model says the fact (methods.verify.check_factors as the driver's confirm)
+    stop_on: str = FZOO.success.stop_on  # recipes.STOP_ON: "written" — the loop stops only where the edited
+                                    # model says the fact (methods.verify.written_judge as the driver's
+                                    # confirm); "loop": the search's own rule (bench row fzoo-loop)
 
     def __post_init__(self) -> None:
         if self.layer < 0:
@@ -67,7 +68,7 @@ class MobiEditConfig:
         check_stop_on(self.stop_on, "mobiedit.stop_on")
         if self.stop_on == "written" and not self.verify_write:
             raise ConfigError("stop_on 'written' needs the write check", where="mobiedit.stop_on",
-                              fix="set verify_write: true, or stop_on: loop")
+                              fix="set verify_write: true, or also set stop_on: loop")
         if self.backend not in ("native", "python"):
             raise ConfigError(f"unknown backend {self.backend!r}", where="mobiedit.backend",
                               fix="use 'native' (C++ engine) or 'python' (reference)")
@@ -75,7 +76,7 @@ class MobiEditConfig:
     @property
     def recipe(self) -> EditRecipe:
         """This config's search and success rule, as the driver takes them."""
-        return EditRecipe(self.zo, SuccessCriterion(self.success_fraction, self.success_nll))
+        return EditRecipe(self.zo, SuccessCriterion(self.success_fraction, self.success_nll, self.stop_on))
 
 
 def build_graph(fwd_model, lm: LoadedModel, inputs: EditInputs, cfg: MobiEditConfig,
@@ -131,18 +132,59 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     keys, gains = search_keys(klm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     graph, state, _ = build_graph(fwd_model, lm, inputs, cfg, gains)
 
-    def written_says(delta: torch.Tensor) -> bool:  # stop_on "written": the edited float model's verdict
-        u, w, _ = factors_from_delta(klm, ctx, req, cfg.layer, delta, cfg.mom2_ridge, cfg.update, keys)
-        return check_factors(lm, req, cfg.layer, u, w, ctx, cfg.objective, cfg.success_fraction, None).holds
-
-    confirm = written_says if cfg.stop_on == "written" else None
+    confirm = _WrittenStop(lm, req, cfg, ctx, klm, keys) if cfg.stop_on == "written" else None
     found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step, start,
                          confirm)
+    keys = confirm.keys if confirm is not None else keys
     u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
+    checked = confirm.verdict_of(found.delta) if confirm is not None else None
+    extra = confirm.forwards if confirm is not None else 0
     return EditOutcome(method="mobiedit", layer=cfg.layer, module=module_name(lm.family, cfg.layer), u=u, w=w,
                        succeeded=found.succeeded, status=found.status, loss_evals=found.evals,
-                       sequences=found.sequences, forward_calls=found.calls + 2 + 4 * found.confirms,
+                       sequences=found.sequences, forward_calls=found.calls + 2 + extra,
                        backward_calls=0, wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed,
                        key=key, distinct_evals=found.distinct_evals, loop_holds=found.holds, delta=found.delta,
                        config={"stop_on": cfg.stop_on, "written_checks": found.confirms,
-                               "written_refused": found.refused} if confirm is not None else {})
+                               "written_refused": found.refused} if confirm is not None else {},
+                       write=checked.as_dict() if checked is not None else {})
+
+
+class _WrittenStop:
+    """The driver's ``confirm`` for ``stop_on`` "written": whether the rank-one write of a delta
+    makes the float model say the fact (:class:`~mobiedit.methods.verify.WrittenJudge`, the rule
+    of :func:`~mobiedit.session.run_once`'s verify). What does not depend on the delta — the
+    request's keys and solve direction, the unedited prefix state — is measured on the first call
+    only; each delta's verdict is kept, so the verify of the found delta is not run twice."""
+
+    def __init__(self, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext, klm: LoadedModel,
+                 keys):
+        self.lm, self.req, self.cfg, self.ctx, self.klm, self.keys = lm, req, cfg, ctx, klm, keys
+        self.judge: WrittenJudge | None = None
+        self.judged = 0
+        self._verdicts: dict[bytes, WriteCheck] = {}
+
+    @property
+    def forwards(self) -> int:
+        """Forwards of the float model the checks ran: two to build the judge, two per verdict."""
+        return 2 * self.judged + (2 if self.judge is not None else 0)
+
+    def verdict_of(self, delta: torch.Tensor) -> WriteCheck | None:
+        """The kept verdict of ``delta`` (None: never judged)."""
+        return self._verdicts.get(_delta_key(delta))
+
+    def __call__(self, delta: torch.Tensor) -> bool:
+        k = _delta_key(delta)
+        if k not in self._verdicts:
+            cfg = self.cfg
+            if self.judge is None:
+                self.keys = self.keys or edit_keys(self.klm, self.ctx, self.req, cfg.layer, cfg.mom2_ridge, cfg.update)
+                self.judge = written_judge(self.lm, self.req, cfg.layer, self.ctx, cfg.objective)
+            u, w, _ = factors_from_delta(self.klm, self.ctx, self.req, cfg.layer, delta, cfg.mom2_ridge, cfg.update,
+                                         self.keys)
+            self._verdicts[k] = self.judge(u, w, cfg.success_fraction, None)
+            self.judged += 1
+        return self._verdicts[k].holds
+
+
+def _delta_key(delta: torch.Tensor) -> bytes:
+    return delta.detach().reshape(-1).to("cpu", torch.float32).numpy().tobytes()

@@ -80,30 +80,60 @@ def check_written(lm: LoadedModel, req: EditRequest, out: EditOutcome, ctx: Mode
 def check_factors(lm: LoadedModel, req: EditRequest, layer: int, u: torch.Tensor, w: torch.Tensor, ctx: ModelContext,
                   objective: ObjectiveConfig, success_fraction: float, success_nll: float | None) -> WriteCheck:
     """Apply the rank-one factors ``u``, ``w`` at ``layer`` to ``lm.model``, judge, restore the
-    weight bit-exactly. ``success_nll`` None: the rule is
-    :func:`~mobiedit.editing.objective.edit_holds` alone (ROME's); else also
-    :func:`~mobiedit.editing.objective.within_margin` (MobiEdit's). Four forwards of ``lm.model``
-    (unedited prefix state, keys, edited prefix and suffix)."""
-    fam = lm.family
+    weight bit-exactly: :func:`written_judge` for one pair of factors (four forwards of ``lm.model``:
+    unedited prefix state, keys, edited prefix and suffix)."""
+    return written_judge(lm, req, layer, ctx, objective)(u, w, success_fraction, success_nll)
+
+
+@dataclass(frozen=True)
+class WrittenJudge:
+    """The edited model's verdict on factors of one request at one layer, its parts that do not
+    depend on the factors measured once (:func:`written_judge`): the rows, the unedited model's KL
+    reference and the keys at the plain prompt and the templates. A search that asks for the
+    verdict of many candidate deltas (``stop_on`` "written") pays two forwards per call, not four."""
+
+    lm: LoadedModel
+    layer: int
+    objective: ObjectiveConfig
+    inputs: object                 # editing.context.EditInputs of the request
+    kl_ref: torch.Tensor | None    # the unedited model's KL reference
+    v_init_norm: float             # ‖v_init‖ of the unedited model (the NLL margin's scale)
+    keys: torch.Tensor             # [1 + templates, d_in]: the plain prompt's key, then the templates'
+
+    def __call__(self, u: torch.Tensor, w: torch.Tensor, success_fraction: float,
+                 success_nll: float | None) -> WriteCheck:
+        """Apply ``u``, ``w``, judge, restore. ``success_nll`` None: the rule is
+        :func:`~mobiedit.editing.objective.edit_holds` alone (ROME's); else also
+        :func:`~mobiedit.editing.objective.within_margin` (MobiEdit's)."""
+        fam = self.lm.family
+        gain = (self.keys.double() @ w.double().to(self.keys.device)) - 1.0
+        weight = get_module(self.lm.model, fam.mlp_out, self.layer).weight
+        saved = weight.detach().clone()
+        try:
+            with torch.no_grad():
+                weight.copy_(apply_factors(weight, u, w, fam.weight_out_in))
+            losses, correct = _model_rows(self.lm, self.inputs, self.layer, self.objective, self.kl_ref)
+        finally:
+            with torch.no_grad():
+                weight.copy_(saved)
+        full = full_rows(correct[0], self.inputs.target_len)  # correct: per-row counts of argmax targets
+        holds = edit_holds(full, success_fraction)
+        if success_nll is not None:
+            holds = holds and within_margin(float(losses[0]), 0.0, self.v_init_norm, self.objective, success_nll)
+        tmpl = gain[1:].abs()
+        return WriteCheck(holds=bool(holds), loss=float(losses[0]), rows_correct=float(full.float().mean()),
+                          write_error_plain=float(gain[0].abs()), write_error_templates_mean=float(tmpl.mean()),
+                          write_error_templates_max=float(tmpl.max()))
+
+
+def written_judge(lm: LoadedModel, req: EditRequest, layer: int, ctx: ModelContext,
+                  objective: ObjectiveConfig) -> WrittenJudge:
+    """The :class:`WrittenJudge` of ``req`` on ``lm.model`` as it stands (two forwards: the
+    unedited prefix state and the subject keys). The model must not change between this call and
+    the judge's calls other than through the judge itself (which restores what it writes)."""
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, objective)
-    state = compute_prefix_state(lm.model, fam, layer, inputs)  # unedited: the KL reference
+    state = compute_prefix_state(lm.model, lm.family, layer, inputs)  # unedited: the KL reference
     prompts = [t.replace("{}", req.rewrite_prompt) for t in ctx.templates]
-    keys, _ = keys_at_subject(lm.model, fam, layer, lm.tokenizer, [req.rewrite_prompt, *prompts], req.subject)
-    gain = (keys.double() @ w.double().to(keys.device)) - 1.0
-    weight = get_module(lm.model, fam.mlp_out, layer).weight
-    saved = weight.detach().clone()
-    try:
-        with torch.no_grad():
-            weight.copy_(apply_factors(weight, u, w, fam.weight_out_in))
-        losses, correct = _model_rows(lm, inputs, layer, objective, state.kl_ref)
-    finally:
-        with torch.no_grad():
-            weight.copy_(saved)
-    full = full_rows(correct[0], inputs.target_len)  # correct: per-row counts of argmax targets
-    holds = edit_holds(full, success_fraction)
-    if success_nll is not None:
-        holds = holds and within_margin(float(losses[0]), 0.0, float(state.v_init.norm()), objective, success_nll)
-    tmpl = gain[1:].abs()
-    return WriteCheck(holds=bool(holds), loss=float(losses[0]), rows_correct=float(full.float().mean()),
-                      write_error_plain=float(gain[0].abs()), write_error_templates_mean=float(tmpl.mean()),
-                      write_error_templates_max=float(tmpl.max()))
+    keys, _ = keys_at_subject(lm.model, lm.family, layer, lm.tokenizer, [req.rewrite_prompt, *prompts], req.subject)
+    return WrittenJudge(lm=lm, layer=layer, objective=objective, inputs=inputs, kl_ref=state.kl_ref,
+                        v_init_norm=float(state.v_init.norm()), keys=keys)
