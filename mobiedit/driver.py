@@ -82,7 +82,8 @@ class ValueSearch:
     verdict comparable with the edited model's, which applies that rule. Counters: ``evals`` loss evaluations (a batch
     of K counts K, a check 1); ``distinct_evals`` those at distinct points (the paper's estimator
     proposes x itself n times a step: :func:`~mobiedit.zo.estimators.distinct_rows_per_step`);
-    ``sequences`` prompt sequences run (``evals · n_rows``); ``calls`` graph invocations (forward
+    ``sequences`` prompt sequences run (each evaluation's rows: ``evals · n_rows`` unless the steps
+    run on a row subset); ``calls`` graph invocations (forward
     batches and checks). ``zo``: the configuration run (``max_norm`` set); ``scale``: ``s``.
     """
 
@@ -117,7 +118,8 @@ def start_point(start: torch.Tensor | None, scale: float, max_norm: float, d: in
 
 def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveConfig, recipe: EditRecipe,
                  backend: str = "native", early_stop: bool = True, on_step: StepFn | None = None,
-                 start: torch.Tensor | None = None, confirm: ConfirmFn | None = None) -> ValueSearch:
+                 start: torch.Tensor | None = None, confirm: ConfirmFn | None = None,
+                 step_graph: EditGraph | None = None) -> ValueSearch:
     """Search the value delta that makes ``graph`` show the target (see the module docstring).
 
     Args:
@@ -133,6 +135,9 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
             passes at a delta, ``confirm(delta)`` decides: False and the loop goes on (the delta
             met the search graph's rule, but its rank-one write would not say the fact). Then
             ``succeeded`` means the written edit holds, so a host's verify after write agrees.
+        step_graph: the graph the loop's steps (the estimator's K deltas) run on, when it is not
+            ``graph`` — e.g. :class:`~mobiedit.forward.rows.RowSampledGraph`, a random subset
+            of the rewrite rows per step; the success rule always reads ``graph``, every row.
 
     Raises:
         NumericalError: the loop met NaN/Inf.
@@ -145,9 +150,13 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
     per_batch = distinct_rows_per_step(zcfg.estimator, zcfg.n_dirs)
     n = {"evals": 0, "distinct": 0, "calls": 0, "confirms": 0, "refused": 0}
 
+    stepper = graph if step_graph is None else step_graph
+    n["sequences"] = 0
+
     def forward(D: np.ndarray) -> np.ndarray:
-        losses, _ = graph(_model_units(D, scale))
+        losses, _ = stepper(_model_units(D, scale))
         n["evals"] += D.shape[0]; n["distinct"] += per_batch; n["calls"] += 1
+        n["sequences"] += D.shape[0] * stepper.n_rows
         if on_step is not None:  # one batched call of K directions = one step
             on_step(n["calls"], float(losses.min()))
         return losses.double().numpy()
@@ -157,7 +166,7 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
     def check(x: np.ndarray) -> bool:
         delta = _model_units(x, scale).view(1, -1)
         losses, correct = graph(delta)
-        n["evals"] += 1; n["distinct"] += 1; n["calls"] += 1
+        n["evals"] += 1; n["distinct"] += 1; n["calls"] += 1; n["sequences"] += graph.n_rows
         last["holds"] = edit_holds(full_rows(correct[0], graph.target_len), recipe.success.fraction)
         passed = last["holds"] and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective,
                                                  recipe.success.nll)
@@ -175,5 +184,5 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
     return ValueSearch(delta=_model_units(x, scale), status=res.status.value, succeeded=succeeded,
                        holds=succeeded or last["holds"],
                        losses=list(res.history), evals=n["evals"], distinct_evals=n["distinct"],
-                       sequences=n["evals"] * graph.n_rows, calls=n["calls"], zo=zcfg, scale=scale,
+                       sequences=n["sequences"], calls=n["calls"], zo=zcfg, scale=scale,
                        confirms=n["confirms"], refused=n["refused"])

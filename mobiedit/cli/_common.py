@@ -29,7 +29,7 @@ def model_args(sp: argparse.ArgumentParser, preset: bool = True) -> None:
         return
     g = sp.add_mutually_exclusive_group()
     g.add_argument("--model", help=MODEL_HELP)
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default)")
+    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
 
 
 def request_args(sp: argparse.ArgumentParser) -> None:

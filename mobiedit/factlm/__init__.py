@@ -29,11 +29,17 @@ PRESETS: dict[str, FactLMConfig] = {
     "default": FactLMConfig(n_facts=1000, n_templates=4, questions=True, extra_facts=1, vocab_size=2048,
                             hidden_size=128, intermediate_size=512, num_layers=4, num_heads=4, epochs=14,
                             batch_size=64, lr=2e-3, pack=4),
+    # issue 18's second-width model: the default's data at 1.5x the width (hidden 192, 6 heads,
+    # down_proj 768 wide) and another seed — edits must carry off the home model's shape
+    "wide": FactLMConfig(n_facts=1000, n_templates=4, questions=True, extra_facts=1, vocab_size=2048,
+                         hidden_size=192, intermediate_size=768, num_layers=4, num_heads=6, epochs=14,
+                         batch_size=64, lr=2e-3, pack=4, seed=1),
 }
 
 # Edit layer per preset, chosen by causal trace + ROME sweep (docs/fact_lm.md): default layer 1
 # (ROME 100 / 92.3 / 100 on 50 requests), small layer 0 (96.2 / 92.6 / 96.7 on its 30).
-EDIT_LAYER: dict[str, int] = {"small": 0, "default": 1}
+# The wide preset's layer: the default's, until its own trace says otherwise (docs/fact_lm.md).
+EDIT_LAYER: dict[str, int] = {"small": 0, "default": 1, "wide": 1}
 
 
 def data_files() -> list[Path]:

@@ -18,6 +18,7 @@ from ..driver import search_value
 from ..errors import ConfigError
 from ..forward.graph import FullGraph, PrefixGraph
 from ..forward.prefix import compute_prefix_state
+from ..forward.rows import RowSampledGraph
 from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, quantized_copy
 from ..forward.stream import layers_paged_out
 from ..models import LoadedModel
@@ -55,6 +56,9 @@ class MobiEditConfig:
     mom2_ridge: float = 1e-4
     verify_write: bool = True       # the verdict is the edited model's (methods.verify), not the loop's
     update: UpdateConfig = field(default_factory=UpdateConfig)
+    step_rows: int = 0              # > 0: each step scores its K deltas on the plain prompt and step_rows − 1
+                                    # other rewrite rows drawn at random (forward.rows; the check reads every
+                                    # row); 0: every row. Eager only (a bundle's edit program has static rows)
     stop_on: str = FZOO.success.stop_on  # recipes.STOP_ON: "written" — the loop stops only where the edited
                                     # model says the fact (methods.verify.written_judge as the driver's
                                     # confirm); "loop": the search's own rule (bench row fzoo-loop)
@@ -69,6 +73,12 @@ class MobiEditConfig:
         if self.stop_on == "written" and not self.verify_write:
             raise ConfigError("stop_on 'written' needs the write check", where="mobiedit.stop_on",
                               fix="set verify_write: true, or also set stop_on: loop")
+        if isinstance(self.step_rows, bool) or not isinstance(self.step_rows, int) or self.step_rows < 0:
+            raise ConfigError(f"step_rows must be an integer >= 0, got {self.step_rows!r}", where="mobiedit.step_rows",
+                              fix="0 (every rewrite row a step) or the rows a step reads, e.g. 6")
+        if self.step_rows and not self.prefix_reuse:
+            raise ConfigError("step_rows needs the prefix-reusing graph", where="mobiedit.step_rows",
+                              fix="set prefix_reuse: true, or step_rows: 0")
         if self.backend not in ("native", "python"):
             raise ConfigError(f"unknown backend {self.backend!r}", where="mobiedit.backend",
                               fix="use 'native' (C++ engine) or 'python' (reference)")
@@ -133,8 +143,10 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     graph, state, _ = build_graph(fwd_model, lm, inputs, cfg, gains)
 
     confirm = _WrittenStop(lm, req, cfg, ctx, klm, keys) if cfg.stop_on == "written" else None
+    stepper = RowSampledGraph(graph, cfg.step_rows, torch.Generator().manual_seed(cfg.zo.seed)) \
+        if cfg.step_rows else None
     found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step, start,
-                         confirm)
+                         confirm, stepper)
     keys = confirm.keys if confirm is not None else keys
     u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
     checked = confirm.verdict_of(found.delta) if confirm is not None else None
