@@ -38,8 +38,9 @@ PRESETS: dict[str, FactLMConfig] = {
 
 # Edit layer per preset, chosen by causal trace + ROME sweep (docs/fact_lm.md): default layer 1
 # (ROME 100 / 92.3 / 100 on 50 requests), small layer 0 (96.2 / 92.6 / 96.7 on its 30).
-# The wide preset's layer: the default's, until its own trace says otherwise (docs/fact_lm.md).
-EDIT_LAYER: dict[str, int] = {"small": 0, "default": 1, "wide": 1}
+# The wide preset's layer 0: its causal trace and ROME (66.7 % success at layer 1, 96.7 % at 0;
+# docs/fact_lm.md, results/bench_wide).
+EDIT_LAYER: dict[str, int] = {"small": 0, "default": 1, "wide": 0}
 
 
 def data_files() -> list[Path]:
