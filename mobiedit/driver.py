@@ -100,6 +100,7 @@ class ValueSearch:
     scale: float
     confirms: int = 0  # ``confirm`` calls (each one a written-edit check of the host's, not a loss evaluation)
     refused: int = 0  # of those, deltas whose written edit did not hold (the loop went on)
+    stop_on: str = "loop"  # the stop the search ran: "written" only with a ``confirm`` (recipes.STOP_ON)
 
 
 def _model_units(z: np.ndarray, scale: float) -> torch.Tensor:
@@ -185,4 +186,5 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
                        holds=succeeded or last["holds"],
                        losses=list(res.history), evals=n["evals"], distinct_evals=n["distinct"],
                        sequences=n["sequences"], calls=n["calls"], zo=zcfg, scale=scale,
-                       confirms=n["confirms"], refused=n["refused"])
+                       confirms=n["confirms"], refused=n["refused"],
+                       stop_on="written" if confirm is not None else "loop")

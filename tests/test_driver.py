@@ -115,6 +115,7 @@ def test_confirm_is_asked_only_where_the_rule_passes_and_refusals_keep_searching
 
     found = search_value(Quadratic(target), v_init, ObjectiveConfig(), recipe, backend, confirm=written)
     assert plain.succeeded and plain.confirms == 0 and plain.refused == 0
+    assert plain.stop_on == "loop" and found.stop_on == "written"  # the stop run, not the recipe's wish
     assert found.succeeded and found.status == "SUCCESS_CHECK"
     assert found.confirms == len(asked) >= 2 and found.refused == found.confirms - 1
     assert float((found.delta - target).norm()) <= 0.5 * stop_at < stop_at

@@ -142,7 +142,7 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     keys, gains = search_keys(klm, ctx, req, cfg.layer, cfg.mom2_ridge, cfg.update, inputs)
     graph, state, _ = build_graph(fwd_model, lm, inputs, cfg, gains)
 
-    confirm = _WrittenStop(lm, req, cfg, ctx, klm, keys) if cfg.stop_on == "written" else None
+    confirm = _WrittenStop(lm, req, cfg, ctx, klm, keys, inputs) if cfg.stop_on == "written" else None
     stepper = RowSampledGraph(graph, cfg.step_rows, torch.Generator().manual_seed(cfg.zo.seed)) \
         if cfg.step_rows else None
     found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step, start,
@@ -156,7 +156,7 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
                        sequences=found.sequences, forward_calls=found.calls + 2 + extra,
                        backward_calls=0, wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed,
                        key=key, distinct_evals=found.distinct_evals, loop_holds=found.holds, delta=found.delta,
-                       config={"stop_on": cfg.stop_on, "written_checks": found.confirms,
+                       config={"stop_on": found.stop_on, "written_checks": found.confirms,
                                "written_refused": found.refused} if confirm is not None else {},
                        write=checked.as_dict() if checked is not None else {})
 
@@ -169,8 +169,9 @@ class _WrittenStop:
     only; each delta's verdict is kept, so the verify of the found delta is not run twice."""
 
     def __init__(self, lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext, klm: LoadedModel,
-                 keys):
+                 keys, inputs: EditInputs):
         self.lm, self.req, self.cfg, self.ctx, self.klm, self.keys = lm, req, cfg, ctx, klm, keys
+        self.inputs = inputs  # the search's rows: the judge reads the same ones
         self.judge: WrittenJudge | None = None
         self.judged = 0
         self._verdicts: dict[bytes, WriteCheck] = {}
@@ -190,7 +191,7 @@ class _WrittenStop:
             cfg = self.cfg
             if self.judge is None:
                 self.keys = self.keys or edit_keys(self.klm, self.ctx, self.req, cfg.layer, cfg.mom2_ridge, cfg.update)
-                self.judge = written_judge(self.lm, self.req, cfg.layer, self.ctx, cfg.objective)
+                self.judge = written_judge(self.lm, self.req, cfg.layer, self.ctx, cfg.objective, self.inputs)
             u, w, _ = factors_from_delta(self.klm, self.ctx, self.req, cfg.layer, delta, cfg.mom2_ridge, cfg.update,
                                          self.keys)
             self._verdicts[k] = self.judge(u, w, cfg.success_fraction, None)

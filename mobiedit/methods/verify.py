@@ -28,7 +28,7 @@ from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.compute_k import keys_at_subject
 from ..editing.config import ObjectiveConfig
-from ..editing.context import build_edit_inputs
+from ..editing.context import EditInputs, build_edit_inputs
 from ..editing.objective import edit_holds, full_rows, within_margin
 from .common import EditOutcome, ModelContext
 
@@ -95,7 +95,7 @@ class WrittenJudge:
     lm: LoadedModel
     layer: int
     objective: ObjectiveConfig
-    inputs: object                 # editing.context.EditInputs of the request
+    inputs: EditInputs             # the request's rows
     kl_ref: torch.Tensor | None    # the unedited model's KL reference
     v_init_norm: float             # ‖v_init‖ of the unedited model (the NLL margin's scale)
     keys: torch.Tensor             # [1 + templates, d_in]: the plain prompt's key, then the templates'
@@ -127,11 +127,14 @@ class WrittenJudge:
 
 
 def written_judge(lm: LoadedModel, req: EditRequest, layer: int, ctx: ModelContext,
-                  objective: ObjectiveConfig) -> WrittenJudge:
+                  objective: ObjectiveConfig, inputs: EditInputs | None = None) -> WrittenJudge:
     """The :class:`WrittenJudge` of ``req`` on ``lm.model`` as it stands (two forwards: the
     unedited prefix state and the subject keys). The model must not change between this call and
-    the judge's calls other than through the judge itself (which restores what it writes)."""
-    inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, objective)
+    the judge's calls other than through the judge itself (which restores what it writes).
+    ``inputs``: the request's rows already built with ``lm.tokenizer``, ``ctx.templates`` and
+    ``objective`` (None: built here)."""
+    if inputs is None:
+        inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, objective)
     state = compute_prefix_state(lm.model, lm.family, layer, inputs)  # unedited: the KL reference
     prompts = [t.replace("{}", req.rewrite_prompt) for t in ctx.templates]
     keys, _ = keys_at_subject(lm.model, lm.family, layer, lm.tokenizer, [req.rewrite_prompt, *prompts], req.subject)
