@@ -240,11 +240,11 @@ def _quality_bars(ax, results: list[dict]) -> None:
 
 def format_rows(results: list[dict]) -> str:
     """One line per row: token-accuracy metrics, probability metrics, locality against the unedited
-    model (locU) and the ground truth (locT), fluency before→after (bits), perplexity change (%),
-    the success rate (the edited model's verdict), the search's own (loop%) and their agreement,
+    model (locU) and the ground truth (locT), fluency before→after (bits), perplexity change (%)
+    over all edits and over the applied ones (ppl%a: the edits that succeeded), the success rate (the edited model's verdict), the search's own (loop%) and their agreement,
     the agreement of the search graph's edit_holds with it (agreeH%), then the cost columns."""
     head = (f"{'row':<20}{'n':>5}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'locU':>6}"
-            f"{'locT':>6}{'flu pre>post':>13}{'ppl%':>7}{'succ%':>7}"
+            f"{'locT':>6}{'flu pre>post':>13}{'ppl%':>7}{'ppl%a':>7}{'succ%':>7}"
             f"{'loop%':>7}{'agree%':>7}{'agreeH%':>8}{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")
     lines = [head]
     nan = float("nan")
@@ -255,6 +255,7 @@ def format_rows(results: list[dict]) -> str:
                      f"{q['efficacy_prob']:>6.1f}{q['generalization_prob']:>6.1f}{q['locality_prob']:>6.1f}"
                      f"{q.get('locality_unchanged', nan):>6.1f}{q.get('locality_truth', nan):>6.1f}"
                      f"{_fluency(q):>13}{q.get('perplexity_change_pct', nan):>7.2f}"
+                     f"{r.get('quality_applied', {}).get('perplexity_change_pct', nan):>7.2f}"
                      f"{r['success_rate']:>7.1f}{r.get('loop_success_rate', nan):>7.1f}{r.get('verdict_agreement', nan):>7.1f}"
                      f"{r.get('holds_agreement', nan):>8.1f}"
                      f"{(med if med is not None else float('nan')):>11.0f}"

@@ -91,10 +91,14 @@ class RowLog:
 
     def summary(self, name: str, case_ids: Iterable[str]) -> dict:
         """Row, n, aggregate quality, success rate, median loss evaluations of the successes and
-        mean wall time per edit over the done records of ``case_ids``."""
+        mean wall time per edit over the done records of ``case_ids``. ``quality_applied``: the
+        aggregate over the edits that succeeded alone — the ones a session applies (a failed edit
+        is reported and not written unless forced), so what a user's model goes through."""
         recs = self.records(case_ids)
         ok = [r["loss_evals"] for r in recs if r["succeeded"]]
+        applied = [r["scores"] for r in recs if r["succeeded"]]
         return {"row": name, "n": len(recs), "quality": aggregate([r["scores"] for r in recs]),
+                "quality_applied": aggregate(applied) if applied else {"n": 0},
                 "success_rate": 100.0 * len(ok) / max(1, len(recs)),
                 "loss_evals_median_success": statistics.median(ok) if ok else None,
                 "wall_per_edit_s": statistics.mean(r["wall_s"] for r in recs) if recs else float("nan")}

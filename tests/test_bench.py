@@ -223,3 +223,26 @@ def test_a_clamp_ladder_counts_every_rungs_written_checks():
 
     total = _with_costs_of(rung(1, 0), rung(3, 3))
     assert total.config == {"stop_on": "written", "written_checks": 4, "written_refused": 3} and total.loss_evals == 20
+
+
+def test_row_summary_reports_quality_over_the_applied_edits_alone(tmp_path):
+    """``quality_applied``: the aggregate over the edits that succeeded (a session writes no
+    failed edit unless forced), beside the all-edits ``quality``; the table prints its ppl%."""
+    from mobiedit.bench import format_rows
+    from mobiedit.evaluate import RequestScores
+    from mobiedit.rowlog import RowLog
+
+    log = RowLog(tmp_path / "row-x-L0.jsonl", {"row": "x"})
+    for i, (ok, ppl) in enumerate([(True, 10.1), (False, 40.0), (True, 10.3)]):
+        s = RequestScores(f"c{i}", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, perplexity_pre=10.0, perplexity=ppl)
+        log.add(f"c{i}", s, succeeded=ok, loss_evals=5, wall_s=1.0)
+    summ = log.summary("x", ["c0", "c1", "c2"])
+    assert summ["quality"]["n"] == 3 and summ["quality_applied"]["n"] == 2
+    assert summ["quality"]["perplexity_change_pct"] == pytest.approx((1 + 300 + 3) / 3)
+    assert summ["quality_applied"]["perplexity_change_pct"] == pytest.approx((1 + 3) / 2)
+    none = RowLog(tmp_path / "row-y-L0.jsonl", {"row": "y"})
+    none.add("c0", RequestScores("c0", 0, 0, 0, 0, 0, 0), succeeded=False, loss_evals=5, wall_s=1.0)
+    assert none.summary("y", ["c0"])["quality_applied"] == {"n": 0}
+    row = summ | {"sequences_mean": 1, "forward_calls_mean": 1, "backward_calls_mean": 0, "peak_rss_mb": 1}
+    line = format_rows([row]).splitlines()
+    assert "ppl%a" in line[0] and "   2.00" in line[1] and " 101.33" in line[1]
