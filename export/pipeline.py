@@ -78,11 +78,23 @@ def key_inverse(lm: LoadedModel, layer: int, cfg: ExportConfig) -> torch.Tensor:
     return torch.linalg.inv(c + lam * torch.eye(d_in, dtype=torch.float64)).float()
 
 
+def check_exportable(family) -> None:
+    """The bundle's edit programs add the delta to the residual stream with one RoPE table: a
+    family whose MLP output is normalised before the residual add, or whose layers have RoPE
+    tables of their own (Gemma-3), is refused before any work, naming what does run it."""
+    if family.mlp_post_norm is not None or family.layer_types_attr is not None:
+        raise ConfigError(f"model family {family.name!r} cannot be exported to a bundle yet (its MLP output is "
+                          "normalised before the residual and its layers have their own RoPE tables)",
+                          where="model family", fix="edit it with `mobiedit edit` (the eager path runs it exactly), "
+                          "or export a Llama/Qwen2/GPT-2 family model")
+
+
 def prepare(model_dir: str | Path, cfg: ExportConfig) -> Prepared:
     """Load the model and compute the per-model edit context (templates, C⁻¹, base weight)."""
     from mobiedit.editing.context import generate_context_templates
 
     lm = load_model(model_dir)
+    check_exportable(lm.family)
     use_static_attention(lm.model)
     layer = resolve_layer(Path(model_dir), cfg.edit.layer)
     if layer >= n_layers(lm.model, lm.family) - 1:

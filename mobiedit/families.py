@@ -40,6 +40,11 @@ class Family:
             every prefix key) are exact only for sequences within it, so longer ones are refused.
         unsupported: config attributes that must be unset/None for the edit graphs to be exact
             (e.g. a final-logit soft-cap the read-out does not apply).
+        mlp_post_norm: the norm the MLP's output passes before it joins the residual stream
+            (Gemma-3's ``post_feedforward_layernorm``; ``{}`` = index), or ``None`` where the
+            output is added as it is. A value delta at ``mlp_out`` then reaches the residual as
+            ``norm(v + δ) − norm(v)``, not ``δ``: the prefix graph applies it so
+            (:mod:`mobiedit.forward.prefix`).
     """
 
     name: str
@@ -56,6 +61,7 @@ class Family:
     hidden_attr: str = "hidden_size"
     layer_types_attr: str | None = None
     unsupported: tuple[str, ...] = ()
+    mlp_post_norm: str | None = None
     window_attr: str | None = None
 
 
@@ -80,7 +86,8 @@ FAMILIES: dict[str, Family] = {
     # sliding-window and full layers with their own RoPE bases — all inside the HF modules the
     # graphs run; only the per-layer rotary tables are data here.
     "gemma3_text": Family(name="gemma3_text", **_LLAMA_LIKE, layer_types_attr="layer_types",
-                          window_attr="sliding_window", unsupported=("final_logit_softcapping", "attn_logit_softcapping")),
+                          window_attr="sliding_window", unsupported=("final_logit_softcapping", "attn_logit_softcapping"),
+                          mlp_post_norm="model.layers.{}.post_feedforward_layernorm"),
     "gpt2": Family(
         name="gpt2",
         layers="transformer.h",

@@ -32,24 +32,50 @@ def tiny_gemma_dir(tmp_path_factory):
 
 
 def test_gemma3_prefix_graph_equals_full_forward(tiny_gemma_dir):
-    """Per-layer-type RoPE tables: the prefix-reusing graph equals the full forward on Gemma-3."""
+    """Per-layer-type RoPE tables and the MLP output's own norm (``post_feedforward_layernorm``,
+    ``Family.mlp_post_norm``): the prefix-reusing graph equals the full forward on Gemma-3, whose
+    delta is added at ``down_proj`` as the written weight adds it. Without the decay term (which
+    is identical in both and would swamp a difference) and with deltas the size of the residual
+    stream; adding the delta to the residual instead (the graph without the norm) is caught."""
+    import dataclasses
+
+    from mobiedit.forward.rows import sub_state
+
     lm = load_model(tiny_gemma_dir)
-    assert lm.family.name == "gemma3_text"
-    cfg = ObjectiveConfig()
+    assert lm.family.name == "gemma3_text" and lm.family.mlp_post_norm is not None
+    cfg = dataclasses.replace(ObjectiveConfig(), weight_decay=0.0)
     inputs = build_edit_inputs(lm.tokenizer, REQ, TEMPLATES, cfg)
     for layer in (0, 2):
         st = compute_prefix_state(lm.model, lm.family, layer, inputs)
         assert set(st.pe) == {"sliding_attention", "full_attention"}
         assert not torch.allclose(st.pe["sliding_attention"][0], st.pe["full_attention"][0])
+        assert st.mlp_rows.shape == st.mlp_normed.shape == st.h_suffix[:, 0].shape
+        scale = float(st.mlp_rows.norm(dim=-1).mean())
         deltas = torch.randn(3, st.h_suffix.shape[-1], generator=torch.Generator().manual_seed(1)) \
-            * st.v_init.norm() * torch.tensor([0.0, 0.5, 2.0]).view(3, 1)
-        lp, cp = PrefixGraph(lm.model, lm.family, st, cfg)(deltas)
+            * torch.tensor([0.0, 0.5, 2.0]).view(3, 1) * scale  # norms ≈ 4 and 16 times the MLP output
+        prefix = PrefixGraph(lm.model, lm.family, st, cfg)
+        lp, cp = prefix(deltas)
         lf, cf = FullGraph(lm.model, lm.family, layer, inputs, st, cfg)(deltas)
-        # fp32 reduction order differs between the two paths; the random tiny model's losses are
-        # in the hundreds, so compare relatively (a wrong RoPE table moves them by whole units)
-        assert torch.allclose(lp, lf, atol=1e-5, rtol=1e-4), (lp, lf)
+        assert torch.allclose(lp, lf, atol=2e-6, rtol=0), (lp, lf)  # measured 4.8e-7; without the norm ≥ 3e-4
         assert torch.equal(cp, cf)
-        assert (lp.max() - lp.min()) > 1e-4
+        assert (lp[1:] - lp[0]).abs().min() > 1e-4  # the deltas move the loss (≥ 200× the agreement above)
+        prefix.post_norm = None  # the delta added to the residual as it is: another loss
+        naive, _ = prefix(deltas)
+        assert naive[0] == lp[0] and (naive[1:] - lf[1:]).abs().max() > 1e-4, (naive, lf)
+        prefix.post_norm = lm.model.get_submodule(lm.family.mlp_post_norm.format(layer))
+        sub = sub_state(st, torch.arange(st.n_rewrite))  # every row: the same state
+        assert torch.equal(sub.mlp_rows, st.mlp_rows) and torch.equal(sub.mlp_normed, st.mlp_normed)
+
+
+def test_gemma3_is_refused_by_the_bundle_export_before_any_work(tiny_gemma_dir):
+    """The bundle's edit programs add the delta to the residual with one RoPE table: a Gemma-3
+    model gets a named error from the export, not a traceback from deep in the packing."""
+    from mobiedit.export.config import ExportConfig
+    from mobiedit.export.pipeline import prepare
+
+    with pytest.raises(ConfigError, match="cannot be exported to a bundle yet") as e:
+        prepare(tiny_gemma_dir, ExportConfig())
+    assert "mobiedit edit" in str(e.value)
 
 
 def test_gemma3_prompt_longer_than_window_refused(tiny_gemma_dir):

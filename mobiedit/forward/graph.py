@@ -96,6 +96,9 @@ class PrefixGraph(torch.nn.Module):
         self.block_idx = list(range(state.layer + 1, L))
         self.norm = get_module(model, family.final_norm)
         self.head = get_module(model, family.lm_head)
+        # the edit layer's MLP-output norm (Gemma-3), or None: the delta joins the residual as is
+        self.post_norm = get_module(model, family.mlp_post_norm, state.layer) \
+            if family.mlp_post_norm is not None else None
         self.state = state
         self.cfg = cfg
         self.v_init_norm = float(state.v_init.norm())
@@ -121,8 +124,12 @@ class PrefixGraph(torch.nn.Module):
         B, S, P = st.shape
         d = st.h_suffix.shape[-1]
         x = st.h_suffix.unsqueeze(0).expand(K, B, S, d).clone()
-        add = deltas.to(x.dtype).unsqueeze(1)
-        x[:, :, 0, :] += add if st.row_gain is None else add * st.row_gain.to(x.dtype).view(1, B, 1)
+        add = deltas.to(x.dtype).unsqueeze(1)  # [K, 1, d]: the delta at layer l's MLP output
+        if st.row_gain is not None:
+            add = add * st.row_gain.to(x.dtype).view(1, B, 1)
+        if self.post_norm is not None:  # the residual's change: norm(v_b + δ) − norm(v_b)
+            add = self.post_norm(st.mlp_rows.unsqueeze(0) + add) - st.mlp_normed.unsqueeze(0)
+        x[:, :, 0, :] += add
         x = x.reshape(K * B, S, d)
         mask = st.mask.repeat(K, 1, 1, 1)
         pe = {t: (c.repeat(K, 1, 1), s_.repeat(K, 1, 1)) for t, (c, s_) in st.pe.items()}

@@ -1,7 +1,9 @@
 """Prefix-activation reuse: everything about one edit that no value delta can change.
 
 The delta is added to layer ``l``'s MLP output at the subject's last token ``s_b`` of each prompt
-row ``b``. Hence, exactly:
+row ``b`` (where the family normalises that output before the residual add — Gemma-3's
+``post_feedforward_layernorm``, :attr:`~mobiedit.families.Family.mlp_post_norm` — the residual
+changes by ``norm(v_b + δ) − norm(v_b)``, so the state keeps each row's ``v_b``). Hence, exactly:
   * every layer ≤ ``l`` at every position is delta-independent (layer ``l``'s MLP output at
     ``s_b`` changes only by the additive delta itself, which the graph adds);
   * at layers > ``l``, keys/values of positions ``< s_b`` are delta-independent (causality).
@@ -31,7 +33,10 @@ class PrefixState:
       block_types: the layer type of each remaining layer;
       readout_row [R], readout_pos [R] (suffix coordinates); readout_label [R] (-1 for KL rows);
       kl_ref [n_kl, V] (log-probs of the unedited model at the KL read-outs);
-      row_gain [B] or None: the delta's gain per row (UpdateConfig.written_gain).
+      row_gain [B] or None: the delta's gain per row (UpdateConfig.written_gain);
+      mlp_rows, mlp_normed [B, d] or None: where the family normalises the MLP output
+      (``Family.mlp_post_norm``), each row's MLP output at ``s_b`` and its normed value (the
+      residual's share of it), so the delta goes through the norm as the written weight's does.
     """
 
     layer: int
@@ -49,6 +54,8 @@ class PrefixState:
     target_len: int
     v_init: torch.Tensor
     row_gain: torch.Tensor | None = None  # [B]: row b gets gain[b]·δ (None: δ at every row)
+    mlp_rows: torch.Tensor | None = None    # [B, d]: v_b, only where the family has mlp_post_norm
+    mlp_normed: torch.Tensor | None = None  # [B, d]: norm(v_b), the same rows
 
     @property
     def cos(self) -> torch.Tensor | None:
@@ -138,6 +145,11 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs,
     with torch.no_grad():
         pe = rotary_tables(model, family, h_suffix, pos)
     v_init = hm.output[0, int(s[0])].float().clone()
+    mlp_rows = mlp_normed = None
+    if family.mlp_post_norm is not None:
+        mlp_rows = hm.output[torch.arange(B, device=dev), s.to(dev)].clone()
+        with torch.no_grad():
+            mlp_normed = get_module(model, family.mlp_post_norm, layer)(mlp_rows)
     rr, rp, rl = readouts(inputs, s)
     return PrefixState(layer=layer, h_suffix=h_suffix, prefix_k=pk, prefix_v=pv,
                        mask=build_mask(s, last, S, P).to(dev), pe=pe,
@@ -145,4 +157,5 @@ def compute_prefix_state(model, family: Family, layer: int, inputs: EditInputs,
                        readout_row=rr.to(dev), readout_pos=rp.to(dev), readout_label=rl.to(dev),
                        kl_ref=kl_logprobs(out.logits, inputs, kept=True).detach(), n_rewrite=inputs.n_rewrite,
                        target_len=inputs.target_len, v_init=v_init,
-                       row_gain=None if row_gain is None else row_gain.to(dev))
+                       row_gain=None if row_gain is None else row_gain.to(dev), mlp_rows=mlp_rows,
+                       mlp_normed=mlp_normed)

@@ -36,7 +36,9 @@ def sub_state(state: PrefixState, rewrite_rows: torch.Tensor) -> PrefixState:
         prefix_v=[v[keep] for v in state.prefix_v], mask=state.mask[keep],
         pe={t: (c[keep], s[keep]) for t, (c, s) in state.pe.items()},
         readout_row=r[on], readout_pos=state.readout_pos[on], readout_label=state.readout_label[on],
-        n_rewrite=int(rewrite_rows.numel()), row_gain=None if state.row_gain is None else state.row_gain[keep])
+        n_rewrite=int(rewrite_rows.numel()), row_gain=None if state.row_gain is None else state.row_gain[keep],
+        mlp_rows=None if state.mlp_rows is None else state.mlp_rows[keep],
+        mlp_normed=None if state.mlp_normed is None else state.mlp_normed[keep])
 
 
 class RowSampledGraph:
