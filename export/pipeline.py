@@ -82,9 +82,11 @@ def check_exportable(family) -> None:
     """The bundle's edit programs add the delta to the residual stream with one RoPE table: a
     family whose MLP output is normalised before the residual add, or whose layers have RoPE
     tables of their own (Gemma-3), is refused before any work, naming what does run it."""
-    if family.mlp_post_norm is not None or family.layer_types_attr is not None:
-        raise ConfigError(f"model family {family.name!r} cannot be exported to a bundle yet (its MLP output is "
-                          "normalised before the residual and its layers have their own RoPE tables)",
+    why = [text for field, text in ((family.mlp_post_norm, "its MLP output is normalised before the residual"),
+                                    (family.layer_types_attr, "its layers have RoPE tables of their own"))
+           if field is not None]
+    if why:
+        raise ConfigError(f"model family {family.name!r} cannot be exported to a bundle yet ({'; '.join(why)})",
                           where="model family", fix="edit it with `mobiedit edit` (the eager path runs it exactly), "
                           "or export a Llama/Qwen2/GPT-2 family model")
 

@@ -241,8 +241,9 @@ def _quality_bars(ax, results: list[dict]) -> None:
 def format_rows(results: list[dict]) -> str:
     """One line per row: token-accuracy metrics, probability metrics, locality against the unedited
     model (locU) and the ground truth (locT), fluency before→after (bits), perplexity change (%)
-    over all edits and over the applied ones (ppl%a: the edits that succeeded), the success rate (the edited model's verdict), the search's own (loop%) and their agreement,
-    the agreement of the search graph's edit_holds with it (agreeH%), then the cost columns."""
+    over all edits and over the applied ones (ppl%a: the edits that succeeded), the success rate
+    (the edited model's verdict), the search's own (loop%) and their agreement, the agreement of
+    the search graph's edit_holds with it (agreeH%), then the cost columns."""
     head = (f"{'row':<20}{'n':>5}{'eff':>6}{'gen':>6}{'loc':>6}{'effP':>6}{'genP':>6}{'locP':>6}{'locU':>6}"
             f"{'locT':>6}{'flu pre>post':>13}{'ppl%':>7}{'ppl%a':>7}{'succ%':>7}"
             f"{'loop%':>7}{'agree%':>7}{'agreeH%':>8}{'evals(med)':>11}{'seqs':>9}{'fwd':>7}{'bwd':>6}{'s/edit':>8}{'RSS MB':>8}")

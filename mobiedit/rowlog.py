@@ -95,10 +95,10 @@ class RowLog:
         aggregate over the edits that succeeded alone — the ones a session applies (a failed edit
         is reported and not written unless forced), so what a user's model goes through."""
         recs = self.records(case_ids)
-        ok = [r["loss_evals"] for r in recs if r["succeeded"]]
-        applied = [r["scores"] for r in recs if r["succeeded"]]
+        applied = [r for r in recs if r["succeeded"]]
+        ok = [r["loss_evals"] for r in applied]
         return {"row": name, "n": len(recs), "quality": aggregate([r["scores"] for r in recs]),
-                "quality_applied": aggregate(applied) if applied else {"n": 0},
+                "quality_applied": aggregate([r["scores"] for r in applied]) if applied else {"n": 0},
                 "success_rate": 100.0 * len(ok) / max(1, len(recs)),
                 "loss_evals_median_success": statistics.median(ok) if ok else None,
                 "wall_per_edit_s": statistics.mean(r["wall_s"] for r in recs) if recs else float("nan")}
