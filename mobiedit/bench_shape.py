@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+import os
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import ConfigError
@@ -92,7 +95,6 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     :data:`SHAPE_ROWS`: fp32 for ROME, the pre-quantized one (`mobiedit quantize`) — the model a
     phone would hold — for the others."""
     import dataclasses
-    import time
 
     import torch
 
@@ -155,6 +157,43 @@ def run_child(method: str, folder: Path, layer: int, steps: int, workdir: Path) 
     return json.loads(out.read_text())
 
 
+def row_identity(shape: str, row: str, layer: int, steps: int) -> dict:
+    """What a saved row must match to be reused: shape, row, layer, steps and the row's method config."""
+    import dataclasses
+
+    cfg = json.loads(json.dumps(dataclasses.asdict(shape_config(row, layer, steps)), default=str))
+    return {"shape": shape, "shape_config": SHAPES[shape][1], "row": row, "layer": layer, "steps": steps, "config": cfg}
+
+
+def rows_dir_for(out: str | None) -> Path | None:
+    """Where a run with ``--out OUT`` keeps each finished row (``OUT.rows/ROW.json``), so that a run
+    stopped part-way resumes with the rows it lacks (a 3B-shape row takes an hour here)."""
+    return None if not out else Path(out).with_name(Path(out).name + ".rows")
+
+
+def saved_row(rows_dir: Path | None, identity: dict) -> dict | None:
+    """The row saved under ``rows_dir`` for ``identity``; None when absent, unreadable or of another run."""
+    p = rows_dir / f"{identity['row']}.json" if rows_dir else None
+    if p is None or not p.is_file():
+        return None
+    try:
+        d = json.loads(p.read_text())
+    except ValueError:
+        log.warning("ignoring unreadable saved row %s", p)
+        return None
+    if not isinstance(d, dict) or d.get("identity") != identity:
+        log.warning("saved row %s is of another shape, layer, step count or config: rerunning it", p)
+        return None
+    return d["result"]
+
+
+def save_row(rows_dir: Path, identity: dict, result: dict) -> None:
+    from .atomic import atomic_write_text
+
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(rows_dir / f"{identity['row']}.json", json.dumps({"identity": identity, "result": result}, indent=1))
+
+
 def _prefix_child(folder: str, layer: int, K: int, reps: int, out: str) -> None:
     import torch
 
@@ -176,14 +215,18 @@ def run_prefix_child(folder: Path, layer: int, K: int, reps: int, workdir: Path)
 
 def shape_ratios(rows: dict) -> dict:
     """``"A/B"`` -> peak RSS, peak RSS net of the Python runtime and wall time per step of row A
-    over row B, for every pair measured of mobiedit over rome and rome-lean, rome-lean over rome."""
+    over row B, for every pair measured of mobiedit over rome and rome-lean, rome-lean over rome;
+    ``same_run`` says whether both rows were timed in one run (rows resumed from an earlier run's
+    ``OUT.rows/`` keep their memory figures, but their wall ratio is not a measurement)."""
     out = {}
     for a, b in (("mobiedit", "rome"), ("mobiedit", "rome-lean"), ("rome-lean", "rome")):
         if a in rows and b in rows:
             ra, rb = rows[a], rows[b]
             out[f"{a}/{b}"] = {"peak_rss": ra["peak_rss_mb"] / rb["peak_rss_mb"],
                                "peak_rss_net_of_runtime": ra["peak_minus_runtime_mb"] / rb["peak_minus_runtime_mb"],
-                               "wall_per_step": ra["wall_per_step_s"] / rb["wall_per_step_s"]}
+                               "wall_per_step": ra["wall_per_step_s"] / rb["wall_per_step_s"],
+                               # a wall ratio is a measurement only between rows timed in one run
+                               "same_run": ra.get("run_id") == rb.get("run_id")}
     return out
 
 
@@ -197,6 +240,8 @@ def cmd_bench_shape(args) -> int:
                           fix=f"a comma-separated subset of {list(SHAPE_ROWS)} that includes rome (the ratios' base)")
     if args.shape not in SHAPES:
         raise ConfigError(f"unknown shape {args.shape!r}", where="--shape", fix=f"use one of {sorted(SHAPES)}")
+    run_id = f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"  # rows timed in this run share it
+    rows_dir = rows_dir_for(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / args.shape
         _spawn(_build_child, (args.shape, str(folder)), "build")  # the parent never holds a model
@@ -206,8 +251,15 @@ def cmd_bench_shape(args) -> int:
         ckpt = {"fp32": folder, "w8a16": qfolder}
         rows = {}
         for row in names:
+            ident = row_identity(args.shape, row, args.layer, args.steps)
+            if (got := saved_row(rows_dir, ident)) is not None:
+                log.warning("bench-shape row %s: reusing %s (timed in run %s)", row, rows_dir, got.get("run_id"))
+                rows[row] = got
+                continue
             log.warning("bench-shape row %s (%d steps)...", row, args.steps)
-            rows[row] = run_child(row, ckpt[SHAPE_ROWS[row]], args.layer, args.steps, Path(tmp))
+            rows[row] = run_child(row, ckpt[SHAPE_ROWS[row]], args.layer, args.steps, Path(tmp)) | {"run_id": run_id}
+            if rows_dir:
+                save_row(rows_dir, ident, rows[row])
         prefix = run_prefix_child(folder, args.layer, args.prefix_k, args.prefix_reps, Path(tmp)) if args.prefix_k else []
     res = {"shape": args.shape, "config": SHAPES[args.shape][1], "layer": args.layer, "steps": args.steps, "rows": rows,
            "checkpoint_mb": sizes, "ratios": shape_ratios(rows), "prefix": prefix}
@@ -215,14 +267,17 @@ def cmd_bench_shape(args) -> int:
         res |= {k: res["ratios"]["mobiedit/rome"][v] for k, v in (
             ("rss_ratio_mobiedit_over_rome", "peak_rss"), ("rss_ratio_net_of_runtime", "peak_rss_net_of_runtime"),
             ("wall_ratio_mobiedit_over_rome_per_step", "wall_per_step"))}
+        if not res["ratios"]["mobiedit/rome"]["same_run"]:
+            res["wall_ratio_mobiedit_over_rome_per_step"] = None
     for m, r in rows.items():
         print(f"{m:<9} peak RSS {r['peak_rss_mb']:8.0f} MB (runtime {r['runtime_rss_mb']:.0f} MB before weights, "
               f"{r['after_load_rss_mb']:.0f} MB after load)  {r['wall_per_step_s']:.3f} s/step  "
               f"loss evals {r['loss_evals']}  backward {r['backward_calls']}")
     print(f"checkpoints: fp32 {sizes['fp32']:.0f} MB, w8a16 {sizes['w8a16']:.0f} MB")
     for pair, r in res["ratios"].items():
-        print(f"{pair}: peak RSS ratio {r['peak_rss']:.3f} (net of the Python runtime {r['peak_rss_net_of_runtime']:.3f}), "
-              f"per-step wall ratio {r['wall_per_step']:.3f}")
+        wall = (f"per-step wall ratio {r['wall_per_step']:.3f}" if r["same_run"]
+                else "no wall ratio (the rows were timed in different runs)")
+        print(f"{pair}: peak RSS ratio {r['peak_rss']:.3f} (net of the Python runtime {r['peak_rss_net_of_runtime']:.3f}), {wall}")
     for r in prefix:
         print(format_result(r))
     if prefix:
@@ -243,5 +298,6 @@ def register(sub) -> None:
     sp.add_argument("--prefix-reps", type=int, default=2, help="timed calls per graph (median)")
     sp.add_argument("--rows", default="rome,rome-lean,mobiedit",
                     help=f"comma-separated rows from {list(SHAPE_ROWS)} (rome is the ratios' base)")
-    sp.add_argument("--out", help="JSON output file")
+    sp.add_argument("--out", help="JSON output file; each finished row is also kept in OUT.rows/ and a rerun "
+                    "with the same shape, layer and steps reuses it (memory figures; wall ratios only within one run)")
     sp.set_defaults(fn=cmd_bench_shape)

@@ -21,7 +21,7 @@ def test_rows_share_one_step_count_and_lean_backprop_is_rome_on_the_prefix_graph
 def test_ratios_pair_every_measured_row():
     row = lambda rss, net, wall: {"peak_rss_mb": rss, "peak_minus_runtime_mb": net, "wall_per_step_s": wall}
     r = shape_ratios({"rome": row(400, 200, 2.0), "rome-lean": row(200, 100, 1.0), "mobiedit": row(100, 50, 0.5)})
-    assert r["mobiedit/rome"] == {"peak_rss": 0.25, "peak_rss_net_of_runtime": 0.25, "wall_per_step": 0.25}
+    assert r["mobiedit/rome"] == {"peak_rss": 0.25, "peak_rss_net_of_runtime": 0.25, "wall_per_step": 0.25, "same_run": True}
     assert r["mobiedit/rome-lean"]["wall_per_step"] == 0.5 and r["rome-lean/rome"]["peak_rss"] == 0.5
     assert list(shape_ratios({"rome": row(1, 1, 1), "mobiedit": row(1, 1, 1)})) == ["mobiedit/rome"]
 
@@ -43,3 +43,22 @@ def test_bad_rows_are_named(capsys):
     assert main(["bench-shape", "--shape", "qwen2-tiny", "--rows", "mobiedit"]) == 2  # no rome: no base
     assert "--rows" in capsys.readouterr().err
     assert main(["bench-shape", "--shape", "nope"]) == 2
+
+
+def test_a_stopped_run_resumes_its_finished_rows_and_says_which_wall_ratios_are_not_measured(tmp_path):
+    from mobiedit.bench_shape import row_identity, rows_dir_for, save_row, saved_row
+
+    rows_dir = rows_dir_for(str(tmp_path / "shape3b.json"))
+    assert rows_dir == tmp_path / "shape3b.json.rows" and rows_dir_for(None) is None
+    ident = row_identity("qwen2-tiny", "rome", 5, 2)
+    assert saved_row(rows_dir, ident) is None  # nothing saved yet
+    row = {"peak_rss_mb": 400, "peak_minus_runtime_mb": 200, "wall_per_step_s": 2.0, "run_id": "a"}
+    save_row(rows_dir, ident, row)
+    assert saved_row(rows_dir, ident) == row
+    assert saved_row(rows_dir, row_identity("qwen2-tiny", "rome", 5, 3)) is None  # other step count: rerun
+    assert saved_row(rows_dir, row_identity("qwen2-tiny", "rome", 4, 2)) is None  # other layer
+    (rows_dir / "rome.json").write_text("{not json")
+    assert saved_row(rows_dir, ident) is None
+    mob = {"peak_rss_mb": 100, "peak_minus_runtime_mb": 50, "wall_per_step_s": 0.5}
+    assert shape_ratios({"rome": row, "mobiedit": mob | {"run_id": "a"}})["mobiedit/rome"]["same_run"]
+    assert not shape_ratios({"rome": row, "mobiedit": mob | {"run_id": "b"}})["mobiedit/rome"]["same_run"]
