@@ -55,6 +55,9 @@ def solve_batch(lm: LoadedModel, layer: int, reqs: list[EditRequest], outs: list
 def edit_batch(session: EditSession, reqs: list[EditRequest], index: int, force: bool) -> list[EditRecord]:
     """Search ``reqs`` on the model as it stands, solve the ones that passed alone (all with
     ``force``) as one batch, write them, and judge each on the model with the batch written."""
+    if session.cfg.update.spread > 1:
+        raise ConfigError("a batch solve writes one layer; update.spread writes several", where="update.spread",
+                          fix="use spread: 1 with --batch, or edit one request after another (no --batch)")
     found = [session.edit(r) for r in reqs]
     take = [i for i, o in enumerate(found) if o.succeeded or force]
     records = {i: EditRecord(reqs[i], found[i], False) for i in range(len(reqs)) if i not in take}

@@ -187,15 +187,18 @@ def edit_step(session, req, i: int, force: bool, st: RowState) -> None:
     """Edit ``req`` (the ``i``-th, 1-based) on the model as it stands; record it with its
     interference against the applied edits before it; apply and journal it when it succeeded (or
     ``force``)."""
-    out = session.edit(req)
+    from .session import written_parts
+
+    out, parts = written_parts(session, req, session.edit(req), force)
     applied = bool(out.succeeded or force)
     st.records.append(edit_record(i, req, out, applied, st.tracker.measure(out.u, out.w, out.key)))
     if not applied:
         log.info("edit %s missed its success criterion (%s); not applied", req.case_id, out.status)
         return
-    session.apply(req, out)
-    st.factors[session.journal.entries()[-1].id] = (out.u.detach().clone(), out.w.detach().clone())
-    st.tracker.add(out.u, out.w, out.key)
+    for part in parts:  # one part, or one per layer of a spread edit (lowest first)
+        session.apply(req, part)
+        st.factors[session.journal.entries()[-1].id] = (part.u.detach().clone(), part.w.detach().clone())
+    st.tracker.add(out.u, out.w, out.key)  # the interference figures are the edit layer's
     st.applied_ids.add(req.case_id)
 
 
@@ -283,33 +286,35 @@ def undo_check(model, fam, journal, base: Baseline, factors: dict, n_undo: int, 
     """Undo ``n_undo`` random edits one by one, then all; compare against an independent rebuild
     (``base``'s weight snapshot plus ``factors`` of the remaining edits in id order)."""
     rng = random.Random(seed)
-    module = base.module
-    w0 = base.base_params[module + ".weight"]
+    modules = sorted({base.module} | {e.module for e in journal.entries()})  # a spread edit writes several
     active = [e.id for e in journal.entries(active_only=True)]
     order = rng.sample(active, min(n_undo, len(active)))
-    weight = model.get_submodule(module).weight
     exact, others_ok, checks = 0, True, []
 
-    def expected() -> torch.Tensor:
-        w = w0.clone()
+    def expected(module: str) -> torch.Tensor:
+        w = base.base_params[module + ".weight"].clone()
         for e in journal.entries(active_only=True):
-            u, v = factors[e.id]
-            w = apply_factors(w, u, v, fam.weight_out_in)
+            if e.module == module:
+                u, v = factors[e.id]
+                w = apply_factors(w, u, v, fam.weight_out_in)
         return w
+
+    def all_exact(want) -> bool:
+        return all(torch.equal(model.get_submodule(m).weight.detach(), want(m)) for m in modules)
 
     def others_untouched() -> bool:
         return all(torch.equal(p, base.base_params[k]) for k, p in model.named_parameters()
-                   if k != module + ".weight")
+                   if k not in {m + ".weight" for m in modules})
 
     for edit_id in order:
         journal.undo(edit_id, model, fam)
-        ok = torch.equal(weight.detach(), expected())
+        ok = all_exact(expected)
         exact += int(ok)
         others_ok &= others_untouched()
         checks.append({"undone": edit_id, "bit_exact": ok})
     for e in journal.entries(active_only=True):
         journal.undo(e.id, model, fam)
-    restored = torch.equal(weight.detach(), w0) and others_untouched()
+    restored = all_exact(lambda m: base.base_params[m + ".weight"]) and others_untouched()
     return {"random_undos": len(order), "bit_exact": exact, "other_params_untouched": others_ok,
             "undo_all_restores_unedited_model": restored, "checks": checks}
 

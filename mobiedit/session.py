@@ -34,7 +34,8 @@ from .models import LoadedModel
 from .editing.update import null_space_projector, write_factors
 from .errors import ConfigError
 from .requests import EditRequest
-from .editing.config import ROMEConfig
+from .spread import spread_written
+from .editing.config import ROMEConfig, written_layers
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +49,22 @@ def lower_layers_paged(lm: LoadedModel, cfg: MethodConfig):
 
 
 def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = False) -> ModelContext:
-    """Context templates (seeded) and key statistics of the edit layer. A config that pages out
-    the lower layers (:mod:`mobiedit.forward.stream`) does so here as well."""
+    """Context templates (seeded) and key statistics of each layer the edit writes (the edit layer;
+    with ``update.spread`` the layers below it too). A config that pages out the lower layers
+    (:mod:`mobiedit.forward.stream`) does so here as well."""
+    layers = written_layers(cfg.layer, cfg.update)
     mom2 = getattr(cfg, "mom2_adjustment", True)
     corpus = stats_corpus_for(lm) if mom2 else None
     with lower_layers_paged(lm, cfg):
-        ctx = prepare_context(lm, [cfg.layer], cfg.context, corpus.texts if corpus else None,
+        ctx = prepare_context(lm, list(layers), cfg.context, corpus.texts if corpus else None,
                               torch.Generator().manual_seed(seed), progress,
                               stats_source=corpus.source if corpus else None)
     if cfg.update.rule == "nullspace":
-        if cfg.layer not in ctx.mom2:
-            raise ConfigError("the nullspace update rule needs the layer's key statistics",
-                              where="update.rule", fix="keep mom2_adjustment on, or use update.rule 'rome'")
-        ctx.projector[cfg.layer] = null_space_projector(ctx.mom2[cfg.layer], cfg.update.nullspace_threshold)
+        for layer in layers:
+            if layer not in ctx.mom2:
+                raise ConfigError("the nullspace update rule needs the layer's key statistics",
+                                  where="update.rule", fix="keep mom2_adjustment on, or use update.rule 'rome'")
+            ctx.projector[layer] = null_space_projector(ctx.mom2[layer], cfg.update.nullspace_threshold)
     return ctx
 
 
@@ -204,9 +208,10 @@ def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | Non
 
 #: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`;
 #: a batch edit's batch and its size, :mod:`mobiedit.batch`; a search stopped on the written verdict,
-#: ``stop_on`` "written", its checks and refusals — summed over a ladder's rungs, as the bundle's)
+#: ``stop_on`` "written", its checks and refusals — summed over a ladder's rungs, as the bundle's;
+#: a spread edit's layer count and which part of it the entry is, :mod:`mobiedit.spread`)
 JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm", "batch", "batch_size", "stop_on",
-                    "written_checks", "written_refused")
+                    "written_checks", "written_refused", "spread", "spread_part")
 
 
 def journal_config(out: EditOutcome) -> dict:
@@ -285,6 +290,16 @@ class EditSession:
         self._sync_forward(layer)
 
 
+def written_parts(session: EditSession, req: EditRequest, out: EditOutcome, force: bool = False
+                  ) -> tuple[EditOutcome, list[EditOutcome]]:
+    """The edit ``out`` as the session writes it: (outcome, the rank-one parts to apply in order) —
+    ``out`` itself, or with ``update.spread`` > 1 the parts of :func:`mobiedit.spread.spread_written`
+    and the spread write's verdict."""
+    if session.cfg.update.spread == 1:
+        return out, [out]
+    return spread_written(session, req, out, force)
+
+
 def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig, ctx: ModelContext,
                     journal: Journal | None, force: bool = False, progress: bool = True) -> list[EditRecord]:
     """Edit ``reqs`` in order on ``lm`` (modified in place) in one :class:`EditSession`,
@@ -295,9 +310,11 @@ def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig,
     for req in tqdm(reqs, desc="edit", disable=not progress):
         with step_progress(req, progress) as on_step:
             res = session.edit(req, on_step)
+        res, parts = written_parts(session, req, res, force)
         apply = res.succeeded or force
         if apply:
-            session.apply(req, res)
+            for part in parts:
+                session.apply(req, part)
         else:
             why = ("the search's check passed, but the edited model does not meet it" if res.loop_succeeded
                    else f"search stopped: {res.status}")
@@ -312,6 +329,10 @@ def edit_independent(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig
     """Edit each request on the unedited model, score it, restore the weight bit-exactly.
     ``ability`` (built on the unedited model at the edit layer) adds fluency and perplexity."""
     check_fits(lm, reqs, ctx)
+    if cfg.update.spread > 1:
+        raise ConfigError("update.spread writes an edit over several layers; independent (bench) edits restore "
+                          "one layer", where="update.spread", fix="use it in a sequential session (mobiedit edit / "
+                          "sequential), or spread: 1")
     session = EditSession.open(lm, cfg, ctx, None, fwd_model)
     out: list[EditRecord] = []
     for req in tqdm(reqs, desc="edit+eval", disable=not progress):

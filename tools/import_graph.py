@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                  "mobiedit.export.bench_sequential")),
     ("api", ("mobiedit.api", "mobiedit.resolve")),
     # the edit session; the exporter sits beside it, and so do the fact-LM producer and undo
-    ("session", ("mobiedit.session", "mobiedit.batch", "mobiedit.export", "mobiedit.factlm", "mobiedit.undo")),
+    ("session", ("mobiedit.session", "mobiedit.batch", "mobiedit.spread", "mobiedit.export", "mobiedit.factlm", "mobiedit.undo")),
     ("methods", ("mobiedit.methods",)),
     # the algorithm: search driver and recipes, graphs, shared ROME-family steps, ZO loop, journal, metrics
     ("core", ("mobiedit.driver", "mobiedit.recipes", "mobiedit.forward", "mobiedit.editing", "mobiedit.zo",

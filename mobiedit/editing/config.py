@@ -96,6 +96,9 @@ class UpdateConfig:
     clamp_ladder: tuple[float, ...] = ()  # sequential safety (issue 16): try the edit with the value
                                 # change clamped to each factor in turn (objective.clamp_norm_factor),
                                 # keep the first the edited model says; () = the objective's clamp only
+    spread: int = 1  # MEMIT's spreading (issue 16): the searched value change is written over this
+                     # many consecutive layers ending at the edit layer (mobiedit.spread), each
+                     # layer's rank-one update taking its share of what is left; 1 = one layer (ROME)
     ladder_warm_start: bool = False  # a rung after the first starts its search from the previous
                                 # rung's delta (inside the smaller clamp, so inside this one) instead
                                 # of δ = 0; cold when the previous rung's search passed but its
@@ -116,9 +119,22 @@ class UpdateConfig:
                               fix="e.g. 1.0 (relative to the key statistics C)")
         if not self.alpha > 0:
             raise ConfigError(f"alpha={self.alpha} must be > 0", where="update.alpha", fix="e.g. 1.0")
+        if isinstance(self.spread, bool) or not isinstance(self.spread, int) or self.spread < 1:
+            raise ConfigError(f"spread={self.spread!r} must be an integer >= 1", where="update.spread",
+                              fix="e.g. 2 (the edit layer and the one below it), or 1 (one layer)")
         if self.key_source not in KEY_SOURCES:
             raise ConfigError(f"unknown key source {self.key_source!r}", where="update.key_source",
                               fix=f"use one of {KEY_SOURCES}")
+
+
+def written_layers(layer: int, update: UpdateConfig) -> tuple[int, ...]:
+    """The layers an edit at ``layer`` writes: ``layer`` alone, or with ``update.spread`` = n the n
+    consecutive layers ending at it (lowest first). ConfigError when they would start below layer 0."""
+    first = layer - update.spread + 1
+    if first < 0:
+        raise ConfigError(f"update.spread={update.spread} reaches below layer 0 from edit layer {layer}",
+                          where="update.spread", fix=f"use at most {layer + 1}, or a higher edit layer")
+    return tuple(range(first, layer + 1))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -49,12 +50,14 @@ class QuantConfig:
         head_dtype_of(self.head_dtype, "quant.head_dtype")
 
 
-def float_islands(model: torch.nn.Module, family: Family, layer: int) -> set[str]:
-    """Module names that must stay float: the edited ``mlp_out`` and ``lm_head``."""
-    return {family.mlp_out.format(layer), family.lm_head}
+def float_islands(model: torch.nn.Module, family: Family, layer: int | Sequence[int]) -> set[str]:
+    """Module names that must stay float: the edited ``mlp_out`` (of each layer an edit writes,
+    ``layer`` a sequence with ``update.spread``) and ``lm_head``."""
+    layers = [layer] if isinstance(layer, int) else list(layer)
+    return {family.mlp_out.format(i) for i in layers} | {family.lm_head}
 
 
-def quantized_copy(model: torch.nn.Module, family: Family, layer: int, cfg: QuantConfig) -> torch.nn.Module:
+def quantized_copy(model: torch.nn.Module, family: Family, layer: int | Sequence[int], cfg: QuantConfig) -> torch.nn.Module:
     """A quantized deep copy of ``model`` (``model`` itself for ``none``); ``model`` is untouched."""
     if cfg.scheme == "none" and cfg.head_dtype == "float32":
         return model
@@ -62,7 +65,7 @@ def quantized_copy(model: torch.nn.Module, family: Family, layer: int, cfg: Quan
     return narrow_head(q, family, head_dtype_of(cfg.head_dtype, "quant.head_dtype"))
 
 
-def quantize_inplace(q: torch.nn.Module, family: Family, layer: int, cfg: QuantConfig) -> torch.nn.Module:
+def quantize_inplace(q: torch.nn.Module, family: Family, layer: int | Sequence[int], cfg: QuantConfig) -> torch.nn.Module:
     """Quantize ``q``'s linear layers in place (except the float islands); returns ``q``.
 
     This is the phone's memory picture: no float copy of the quantized layers is kept.

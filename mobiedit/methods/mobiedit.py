@@ -23,7 +23,7 @@ from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, qu
 from ..forward.stream import layers_paged_out
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig
+from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig, written_layers
 from ..editing.context import EditInputs, build_edit_inputs
 from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll, check_stop_on
 from ..zo import ZOConfig
@@ -115,7 +115,7 @@ def forward_model(lm: LoadedModel, cfg: MobiEditConfig) -> torch.nn.Module:
     if is_prequantized(lm.model):
         check_prequantized(lm.model, lm.family, cfg.layer)
         return lm.model
-    return quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+    return quantized_copy(lm.model, lm.family, written_layers(cfg.layer, cfg.update), cfg.quant)
 
 
 def mobiedit_edit(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelContext,

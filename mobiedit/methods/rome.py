@@ -11,7 +11,7 @@ from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.compute_k import compute_key, row_keys
 from ..editing.compute_v import compute_v
-from ..editing.config import ROMEConfig, UpdateConfig
+from ..editing.config import ROMEConfig, UpdateConfig, written_layers
 from ..editing.context import EditInputs, build_edit_inputs
 from ..editing.update import null_space_direction, protected_moment, rank_one_factors, solve_c
 from .common import EditOutcome, ModelContext, StepFn, module_name
@@ -100,7 +100,7 @@ def search_model(lm: LoadedModel, cfg: ROMEConfig) -> torch.nn.Module | None:
         return None
     from ..forward.quant import quantized_copy
 
-    return quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)
+    return quantized_copy(lm.model, lm.family, written_layers(cfg.layer, cfg.update), cfg.quant)
 
 
 def key_model(lm: LoadedModel, fwd_model: torch.nn.Module | None, update: UpdateConfig) -> LoadedModel:
