@@ -34,7 +34,7 @@ from .models import LoadedModel
 from .editing.update import null_space_projector, write_factors
 from .errors import ConfigError
 from .requests import EditRequest
-from .spread import spread_written
+from .spread import check_spreadable, spread_written
 from .editing.config import ROMEConfig, written_layers
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,10 @@ class EditSession:
     def open(cls, lm: LoadedModel, cfg: MethodConfig, ctx: ModelContext, journal: Journal | None = None,
              fwd_model: torch.nn.Module | None = None) -> "EditSession":
         """A session over ``lm`` with ``ctx`` (from :func:`prepare`); ``fwd_model`` defaults to
-        :func:`forward_model_for` (quantized here, once)."""
+        :func:`forward_model_for` (quantized here, once). A spread config is checked here, before
+        any search (:func:`~mobiedit.spread.check_spreadable`)."""
+        if cfg.update.spread > 1:
+            check_spreadable(lm, written_layers(cfg.layer, cfg.update))
         return cls(lm, cfg, ctx, fwd_model if fwd_model is not None else forward_model_for(lm, cfg), journal)
 
     def edit(self, req: EditRequest, on_step: StepFn | None = None) -> EditOutcome:

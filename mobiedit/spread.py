@@ -28,6 +28,7 @@ from .editing.config import written_layers
 from .editing.update import write_factors
 from .errors import ConfigError
 from .families import Family, get_module
+from .forward.quant import check_prequantized
 from .hooks import record
 from .methods.common import EditOutcome, ModelContext, module_name
 from .methods.rome import factors_from_delta
@@ -48,18 +49,16 @@ def block_output_at_subject(model: torch.nn.Module, family: Family, layer: int, 
 
 
 def check_spreadable(lm: LoadedModel, layers: tuple[int, ...]) -> None:
-    """Refuse (ConfigError naming ``update.spread``) a family that norms its MLP output and a
-    pre-quantized model whose lower layers' matrices are not float."""
+    """Refuse (ConfigError) a family that norms its MLP output (naming ``update.spread``) and a
+    pre-quantized model whose matrix of one of ``layers`` is not float
+    (:func:`~mobiedit.forward.quant.check_prequantized`). :meth:`EditSession.open` calls it, before
+    any search."""
     if lm.family.mlp_post_norm:
         raise ConfigError(f"{lm.family.name} norms the MLP output before the residual add "
                           f"({lm.family.mlp_post_norm.format(layers[-1])}): a spread share is not additive there",
                           where="update.spread", fix="use spread: 1 for this family")
-    for layer in layers:
-        w = get_module(lm.model, lm.family.mlp_out, layer).weight
-        if type(w) not in (torch.Tensor, torch.nn.Parameter):
-            raise ConfigError(f"{lm.family.mlp_out.format(layer)} is quantized ({type(w).__name__}); a spread "
-                              "edit writes every layer it spans", where="update.spread",
-                              fix="edit the float model, or use spread: 1")
+    for layer in layers:  # a spread edit writes every layer it spans
+        check_prequantized(lm.model, lm.family, layer)
 
 
 def spread_parts(lm: LoadedModel, ctx: ModelContext, req: EditRequest, out: EditOutcome, layers: tuple[int, ...],
@@ -70,15 +69,17 @@ def spread_parts(lm: LoadedModel, ctx: ModelContext, req: EditRequest, out: Edit
     stays from the target, relative to ``‖δ‖``. The weights are left written: the caller restores."""
     top = layers[-1]
     h = lambda: block_output_at_subject(lm.model, lm.family, top, lm.tokenizer, req.rewrite_prompt, req.subject)  # noqa: E731
-    z = h() + out.delta.float()
+    h_now = h()
+    z = h_now + out.delta.float()
     parts = []
     for i, layer in enumerate(layers):
-        share = (z - h()) / (len(layers) - i)
+        share = (z - h_now) / (len(layers) - i)
         u, w, key = factors_from_delta(lm, ctx, req, layer, share, mom2_ridge, update)
         write_factors(get_module(lm.model, lm.family.mlp_out, layer).weight, u, w, lm.family.weight_out_in)
         parts.append(dataclasses.replace(out, layer=layer, module=module_name(lm.family, layer), u=u, w=w, key=key,
                                          delta=share, config={**out.config, "spread": len(layers), "spread_part": i}))
-    return parts, float((h() - z).norm() / out.delta.float().norm().clamp_min(1e-12))
+        h_now = h()  # as the parts so far leave it (after the last: the miss)
+    return parts, float((h_now - z).norm() / out.delta.float().norm().clamp_min(1e-12))
 
 
 def spread_written(session, req: EditRequest, out: EditOutcome, force: bool = False
@@ -87,22 +88,21 @@ def spread_written(session, req: EditRequest, out: EditOutcome, force: bool = Fa
     layers write it: (the edit's outcome — the top part with the spread verdict as ``succeeded``,
     every cost summed — and the parts to write, lowest layer first). A search that did not pass (and
     no ``force``) is returned as is with no parts written. ``session``: an
-    :class:`~mobiedit.session.EditSession`; its model is left as it was."""
+    :class:`~mobiedit.session.EditSession` (opened: :func:`check_spreadable` passed); its model is
+    left as it was."""
     if not (out.succeeded or force) or out.delta is None:
         return out, [out]
     lm, cfg, ctx = session.lm, session.cfg, session.ctx
     layers = written_layers(cfg.layer, cfg.update)
-    check_spreadable(lm, layers)
     t0 = time.perf_counter()
     saved = {layer: session.weight(layer).detach().clone() for layer in layers}
     try:
         parts, miss = spread_parts(lm, ctx, req, out, layers, cfg.mom2_ridge, cfg.update)
         held = says_now(lm, req, ctx, cfg.objective, cfg.layer, cfg.success_fraction)
     finally:
-        with torch.no_grad():
-            for layer, w in saved.items():
-                session.weight(layer).copy_(w)
-    # forwards: h at the top per part plus two, keys (two) per part, the verdict (one)
+        for layer, w in saved.items():
+            session.restore(layer, w)
+    # forwards: h at the top before and after each part, keys (two) per part, the verdict (one)
     calls = out.forward_calls + 3 * len(layers) + 2
     top = dataclasses.replace(parts[-1], succeeded=held, loop_succeeded=out.loop_succeeded, forward_calls=calls,
                               wall_time=out.wall_time + time.perf_counter() - t0,

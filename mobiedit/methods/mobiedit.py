@@ -113,7 +113,8 @@ def forward_model(lm: LoadedModel, cfg: MobiEditConfig) -> torch.nn.Module:
     itself, else a quantized copy of ``lm.model`` per ``cfg.quant`` (``lm.model`` for ``none``).
     Build it once per model and pass it to every :func:`mobiedit_edit`: quantizing costs a copy."""
     if is_prequantized(lm.model):
-        check_prequantized(lm.model, lm.family, cfg.layer)
+        for layer in written_layers(cfg.layer, cfg.update):  # every matrix the edit writes
+            check_prequantized(lm.model, lm.family, layer)
         return lm.model
     return quantized_copy(lm.model, lm.family, written_layers(cfg.layer, cfg.update), cfg.quant)
 
