@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 import torch
 from tqdm import tqdm
@@ -106,20 +106,24 @@ def sequential_config(cfg: MethodConfig, n_edits: int) -> MethodConfig:
 
 
 def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelContext,
-               fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None) -> EditOutcome:
+               fwd_model: torch.nn.Module | None = None, on_step: StepFn | None = None,
+               judge: Callable[[EditOutcome], EditOutcome] | None = None) -> EditOutcome:
     """The edit of ``cfg``'s method (:func:`run_once`); with ``cfg.update.clamp_ladder``, climbed
     by :func:`mobiedit.ladder.climb` (each clamp in turn, smallest first, until the edited model
     says the fact; warm rungs per ``update.ladder_warm_start``). The outcome is the last try's, its
     costs (evaluations, calls, time, losses) the sum of every try's, and ``config`` records the
     factor used (``clamp_norm_factor``), the rungs tried (``ladder_tries``) and whether the last
-    one started warm (``ladder_warm``)."""
+    one started warm (``ladder_warm``). ``judge`` re-judges each try's outcome as it will be
+    written (a spread edit's verdict, :func:`mobiedit.spread.spread_written`): the ladder climbs
+    on its ``succeeded``."""
     ladder = cfg.update.clamp_ladder
+    judged = judge if judge is not None else (lambda out: out)
     if not ladder:
-        return run_once(lm, req, cfg, ctx, fwd_model, on_step)
+        return judged(run_once(lm, req, cfg, ctx, fwd_model, on_step))
 
     def attempt(factor: float, start: torch.Tensor | None) -> EditOutcome:
         tried = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective, clamp_norm_factor=factor))
-        return run_once(lm, req, tried, ctx, fwd_model, on_step, start)
+        return judged(run_once(lm, req, tried, ctx, fwd_model, on_step, start))
 
     def start_of(out: EditOutcome) -> torch.Tensor | None:
         return warm_start(out.delta, out.loop_succeeded) if cfg.update.ladder_warm_start else None
@@ -129,8 +133,10 @@ def run_method(lm: LoadedModel, req: EditRequest, cfg: MethodConfig, ctx: ModelC
     for rung in rungs[1:]:
         total = _with_costs_of(rung.result, total)
     last = rungs[-1]
-    return dataclasses.replace(total, config={**total.config, "clamp_norm_factor": last.factor,
-                                              "ladder_tries": len(rungs), "ladder_warm": last.warm})
+    config = {**total.config, "clamp_norm_factor": last.factor, "ladder_tries": len(rungs), "ladder_warm": last.warm}
+    # a spread edit's parts journal the same figures of the whole edit (each keeps its spread_part)
+    parts = tuple(dataclasses.replace(p, config={**config, "spread_part": p.config["spread_part"]}) for p in total.parts)
+    return dataclasses.replace(total, config=config, parts=parts)
 
 
 def _with_costs_of(out: EditOutcome, before: EditOutcome) -> EditOutcome:
@@ -256,8 +262,10 @@ class EditSession:
         return cls(lm, cfg, ctx, fwd_model if fwd_model is not None else forward_model_for(lm, cfg), journal)
 
     def edit(self, req: EditRequest, on_step: StepFn | None = None) -> EditOutcome:
-        """Search and verify one edit on the model as it stands; nothing is written."""
-        return run_method(self.lm, req, self.cfg, self.ctx, self.fwd_model, on_step)
+        """Search and verify one edit on the model as it stands; nothing is written. With
+        ``update.spread`` > 1 each try is judged as the spread write (its ``parts``)."""
+        judge = (lambda out: spread_written(self, req, out)) if self.cfg.update.spread > 1 else None
+        return run_method(self.lm, req, self.cfg, self.ctx, self.fwd_model, on_step, judge)
 
     def weight(self, layer: int) -> torch.nn.Parameter:
         """The edited matrix of ``layer`` in the float model."""
@@ -295,12 +303,16 @@ class EditSession:
 
 def written_parts(session: EditSession, req: EditRequest, out: EditOutcome, force: bool = False
                   ) -> tuple[EditOutcome, list[EditOutcome]]:
-    """The edit ``out`` as the session writes it: (outcome, the rank-one parts to apply in order) —
-    ``out`` itself, or with ``update.spread`` > 1 the parts of :func:`mobiedit.spread.spread_written`
-    and the spread write's verdict."""
-    if session.cfg.update.spread == 1:
+    """The edit ``out`` (:meth:`EditSession.edit`'s) as the session writes it: (outcome, the
+    rank-one parts to apply in order) — ``out`` itself, or a spread edit's ``parts``; a spread edit
+    whose search passed nothing is spread here only with ``force``
+    (:func:`mobiedit.spread.spread_written`)."""
+    if out.parts:
+        return out, list(out.parts)
+    if session.cfg.update.spread == 1 or not force:
         return out, [out]
-    return spread_written(session, req, out, force)
+    out = spread_written(session, req, out, force)
+    return out, list(out.parts) or [out]
 
 
 def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig, ctx: ModelContext,

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from mobiedit.editing.config import ContextConfig, ROMEConfig, UpdateConfig, written_layers
+from mobiedit.editing.config import ContextConfig, ObjectiveConfig, ROMEConfig, UpdateConfig, written_layers
 from mobiedit.errors import ConfigError
 
 
@@ -45,11 +45,12 @@ def _reqs():
 
 
 def test_a_spread_edit_reaches_the_target_at_the_top_layer_and_each_layer_moves_less(tiny_llama_dir, tmp_path):
+    from mobiedit.session import run_method
     from mobiedit.spread import block_output_at_subject, spread_parts, spread_written
 
     lm, cfg, ctx, session = _session(tiny_llama_dir, tmp_path, 2)
     req = _reqs()[0]
-    out = session.edit(req)
+    out = run_method(lm, req, cfg, ctx, session.fwd_model)  # the search, judged on one layer
     weights = [session.weight(i).detach().clone() for i in (0, 1)]
     h0 = block_output_at_subject(lm.model, lm.family, 1, lm.tokenizer, req.rewrite_prompt, req.subject)
     parts, miss = spread_parts(lm, ctx, req, out, (0, 1), cfg.mom2_ridge, cfg.update)
@@ -62,10 +63,53 @@ def test_a_spread_edit_reaches_the_target_at_the_top_layer_and_each_layer_moves_
         for i, w in zip((0, 1), weights):
             session.weight(i).copy_(w)
     # spread_written leaves the model as it was and reports the spread write's own verdict
-    top, parts = spread_written(session, req, out, force=True)
+    top = spread_written(session, req, out, force=True)
     assert all(torch.equal(session.weight(i), w) for i, w in zip((0, 1), weights))
-    assert [p.layer for p in parts] == [0, 1] and parts[-1] is top and top.write["spread_miss"] < 1e-4
+    assert [p.layer for p in top.parts] == [0, 1] and top.write["spread_miss"] < 1e-4
+    assert torch.equal(top.u, top.parts[-1].u) and torch.equal(top.delta, out.delta)  # the edit keeps its search's δ
     assert top.forward_calls > out.forward_calls and top.loop_succeeded == out.loop_succeeded
+    assert top.succeeded == top.write["spread_holds"] and top.write["one_layer_holds"] == out.succeeded
+
+
+def test_the_clamp_ladder_climbs_on_the_spread_write_not_the_one_layer_write(tiny_llama_dir, tmp_path):
+    """Each rung is judged as written: a judge that refuses the first rung makes the ladder try
+    the second, whatever the one-layer write did."""
+    import dataclasses
+
+    from mobiedit.session import run_method
+
+    lm, cfg, ctx, session = _session(tiny_llama_dir, tmp_path, 2)
+    req = _reqs()[0]
+    laddered = dataclasses.replace(cfg, update=dataclasses.replace(cfg.update, clamp_ladder=(4.0, 8.0)))
+    seen = []
+
+    def judge(out):
+        seen.append(out.succeeded)
+        return dataclasses.replace(out, succeeded=len(seen) > 1)
+
+    out = run_method(lm, req, laddered, ctx, session.fwd_model, judge=judge)
+    assert len(seen) == 2 and out.config["ladder_tries"] == 2 and out.succeeded
+
+
+def test_a_spread_session_edit_carries_the_spread_verdict_and_its_parts(small_fact_lm):
+    """On the small fact LM (an edit there holds): the session's edit is judged as the spread
+    write — its verdict, the parts it was judged on, the search's δ — and the model is untouched."""
+    from mobiedit.models import load_model
+    from mobiedit.requests import bundled_path, load_requests
+    from mobiedit.session import EditSession, prepare, written_parts
+
+    lm = load_model(small_fact_lm)
+    req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
+    cfg = ROMEConfig(layer=1, update=UpdateConfig(spread=2, clamp_ladder=(2.0, 4.0)))
+    session = EditSession.open(lm, cfg, prepare(lm, cfg, seed=0))
+    w0 = [session.weight(i).detach().clone() for i in (0, 1)]
+    edit = session.edit(req)
+    assert edit.loop_succeeded and [p.layer for p in edit.parts] == [0, 1] and edit.parts[-1].layer == edit.layer
+    assert edit.succeeded == edit.write["spread_holds"] and "one_layer_holds" in edit.write
+    assert edit.config["ladder_tries"] >= 1 and float(edit.delta.norm()) > float(edit.parts[-1].delta.norm())
+    assert written_parts(session, req, edit)[1] == list(edit.parts)
+    assert all(p.config["ladder_tries"] == edit.config["ladder_tries"] for p in edit.parts)  # journaled per part
+    assert all(torch.equal(session.weight(i), w) for i, w in zip((0, 1), w0))
 
 
 def test_a_sequential_session_journals_one_entry_per_layer_and_undo_is_bit_exact(tiny_llama_dir, tmp_path):

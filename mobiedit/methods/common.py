@@ -67,7 +67,9 @@ class EditOutcome:
     delta (the edited model's rule, on the graph the search ran: the like-for-like verdict; for
     ROME the same as ``loop_succeeded``); ``write`` the write check's figures; ``delta`` the
     searched value change [d] (model units) the factors write at the key. Without the write check (a config's
-    ``verify_write`` False) ``succeeded`` is the loop's and ``loop_succeeded`` None.
+    ``verify_write`` False) ``succeeded`` is the loop's and ``loop_succeeded`` None. ``parts``: the
+    rank-one parts a spread edit writes, lowest layer first (:mod:`mobiedit.spread`; empty: this
+    outcome's own ``u``, ``w`` are the write).
     """
 
     method: str
@@ -91,6 +93,7 @@ class EditOutcome:
     distinct_evals: int | None = None  # loss evaluations at distinct deltas (None: = loss_evals)
     loop_holds: bool | None = None
     delta: torch.Tensor | None = None
+    parts: tuple["EditOutcome", ...] = ()
 
     def summary(self) -> dict:
         return {k: getattr(self, k) for k in ("method", "layer", "module", "succeeded", "loop_succeeded", "loop_holds", "status",
