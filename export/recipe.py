@@ -97,6 +97,13 @@ def shipped_recipe(K: int) -> Recipe:
     return Recipe(zo, FZOO.success.fraction, FZOO.success.nll, stop_on=FZOO.success.stop_on)
 
 
+def with_success(recipe: Recipe, success: dict) -> Recipe:
+    """``recipe`` with a model profile's success rule (:func:`mobiedit.profile.success_settings`:
+    ``nll`` and/or ``fraction``) in place of the shipped one; the manifest then carries it."""
+    return dataclasses.replace(recipe, success_nll=success.get("nll", recipe.success_nll),
+                               success_fraction=success.get("fraction", recipe.success_fraction))
+
+
 def recipe_of(manifest: dict) -> Recipe:
     """The recipe of a manifest :func:`~mobiedit.export.bundle.read_manifest` accepted: its
     ``recipe``, or :func:`shipped_recipe` of ``shapes.edit_K`` when it has none (a bundle

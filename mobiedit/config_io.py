@@ -5,6 +5,7 @@ Unknown keys are errors naming their dotted path (a typo must not be silently ig
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import re
 import typing
 from pathlib import Path
@@ -13,6 +14,24 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+
+
+# the success rule's value checks (re-exported by mobiedit.recipes, whose SuccessCriterion uses them; here,
+# in the base layer, so that a model profile's ``success`` section is checked by the same rule)
+def check_fraction(value: float, where: str) -> None:
+    """Refuse a success fraction outside [0, 1] (``where``: the field's dotted name)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0.0 <= value <= 1.0):
+        name = where.rpartition(".")[2]
+        raise ConfigError(f"{name}={value!r} out of [0, 1]", where=where,
+                          fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
+
+
+def check_nll(value: float, where: str) -> None:
+    """Refuse a loss margin that is not a number > 0 (``where``: the field's dotted name)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        name = where.rpartition(".")[2]
+        raise ConfigError(f"{name}={value!r} must be > 0", where=where,
+                          fix="e.g. 0.5 (geometric-mean P(target) >= 0.6)")
 
 
 def to_dict(cfg: Any) -> Any:

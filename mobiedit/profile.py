@@ -39,6 +39,11 @@ class ModelProfile:
         chat_template: answer prompts through the tokenizer's chat template (an instruct model).
         context: overrides of :class:`~mobiedit.editing.config.ContextConfig` (e.g. ``{"lengths": ...}``).
         objective: overrides of :class:`~mobiedit.editing.config.ObjectiveConfig` chosen for this model.
+        success: the success rule chosen for this model — ``nll`` (the loss margin of
+            :class:`~mobiedit.recipes.SuccessCriterion`: the forward-only search stops when the
+            target NLL is within it) and/or ``fraction`` (share of rewrite rows that must hold);
+            what is absent keeps the recipe's. ROME's value search has no NLL margin (it stops on
+            its own ``early_loss``), so ``nll`` reaches MobiEdit configs and bundles only.
         notes: free-form provenance (which trace, which requests, when).
     """
 
@@ -48,6 +53,7 @@ class ModelProfile:
     chat_template: bool = False
     context: dict = field(default_factory=dict)
     objective: dict = field(default_factory=dict)
+    success: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -59,10 +65,29 @@ class ModelProfile:
                                           and "/" not in src and ".." not in src)):
             raise ConfigError(f"stats_corpus is {src!r}", where=f"{PROFILE_FILE}, field 'stats_corpus'",
                               fix=f"one of {STATS_SOURCES} or 'file:NAME' (a text file inside the model folder)")
-        for name in ("context", "objective", "notes"):
+        for name in ("context", "objective", "success", "notes"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be an object", where=f"{PROFILE_FILE}, field '{name}'",
                                   fix="write a JSON object, e.g. {}")
+        check_success(self.success, f"{PROFILE_FILE}, field 'success'")
+
+
+#: the profile's ``success`` keys -> the method-config fields they set (MobiEditConfig has both,
+#: ROMEConfig only ``success_fraction``) and the manifest recipe's ``success`` keys (the same names)
+SUCCESS_FIELDS = {"nll": "success_nll", "fraction": "success_fraction"}
+
+
+def check_success(success: dict, where: str) -> None:
+    """Refuse a ``success`` section with unknown keys or values out of range (``where``: its name)."""
+    from .config_io import check_fraction, check_nll
+
+    unknown = sorted(set(success) - set(SUCCESS_FIELDS), key=str)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown}", where=where, fix=f"use only {sorted(SUCCESS_FIELDS)}")
+    if "nll" in success:
+        check_nll(success["nll"], f"{where}.nll")
+    if "fraction" in success:
+        check_fraction(success["fraction"], f"{where}.fraction")
 
 
 def read_profile(model_dir: str | os.PathLike) -> ModelProfile | None:
@@ -138,7 +163,8 @@ def resolve_layer(model_dir: str | os.PathLike, override: int | None) -> int:
                       fix="run `mobiedit trace --model M --write-profile` once, or pass --layer N")
 
 
-#: the method-config sections a profile may set (:func:`profile_settings`)
+#: the method-config sections a profile may set (:func:`profile_settings`); its ``success`` rule is
+#: set through :data:`SUCCESS_FIELDS` (:func:`with_profile`, :func:`success_settings`)
 PROFILE_SECTIONS = ("objective", "context")
 
 
@@ -155,14 +181,36 @@ def profile_settings(model_dir: str | os.PathLike | None) -> dict:
 
 def with_profile(cfg, model_dir: str | os.PathLike | None, section: str | None = None):
     """``cfg`` (a dataclass config) with :func:`profile_settings` of ``model_dir`` merged over it
-    (under ``cfg.<section>`` when given, e.g. an export config's ``edit``); an error names
+    (under ``cfg.<section>`` when given, e.g. an export config's ``edit``), and the profile's
+    ``success`` rule on the fields of :data:`SUCCESS_FIELDS` the target has; an error names
     ``DIR/mobiedit.json``. Unchanged without a profile or settings."""
     from .config_io import merge
 
     prof = profile_settings(model_dir)
+    target = getattr(cfg, section) if section else cfg
+    for key, value in success_settings(model_dir).items():
+        if hasattr(target, SUCCESS_FIELDS[key]):
+            prof[SUCCESS_FIELDS[key]] = value
+        else:  # ROME's search has no NLL margin: its stop is early_loss
+            log.debug("profile success.%s does not apply to %s", key, type(target).__name__)
     if not prof:
         return cfg
     return merge(cfg, {section: prof} if section else prof, str(Path(model_dir) / PROFILE_FILE))
+
+
+def success_settings(model_dir: str | os.PathLike | None) -> dict:
+    """The success rule the profile of ``model_dir`` sets (``{"nll": ..., "fraction": ...}``, either
+    may be absent; ``{}`` without a profile): what :func:`with_profile` merges into method configs
+    and ``mobiedit export`` into the bundle's recipe, so the phone judges edits as the desktop does."""
+    prof = read_profile(model_dir) if model_dir is not None else None
+    return dict(prof.success) if prof is not None else {}
+
+
+def config_key(key: str) -> str:
+    """A profile setting's dotted key as the method config names it: ``success.nll`` ->
+    ``success_nll`` (:data:`SUCCESS_FIELDS`); ``objective.*`` / ``context.*`` unchanged."""
+    section, _, leaf = key.partition(".")
+    return SUCCESS_FIELDS.get(leaf, key) if section == "success" else key
 
 
 def check_not_tuned_on(model_dir: str | os.PathLike, requests_sha256: str, case_ids: list[str]) -> None:

@@ -13,9 +13,9 @@ Contract: both dataclasses are frozen and validate themselves on construction, r
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass, field
 
+from mobiedit.config_io import check_fraction, check_nll
 from mobiedit.errors import ConfigError
 from mobiedit.zo.config import ZOConfig
 
@@ -33,22 +33,6 @@ def check_stop_on(value, where: str) -> None:
     if value not in STOP_ON:
         raise ConfigError(f"stop_on {str(value)[:40]!r} is not one of {', '.join(STOP_ON)}", where=where,
                           fix="use 'written' (stop where the written edit holds) or 'loop' (the search's own rule)")
-
-
-def check_fraction(value: float, where: str) -> None:
-    """Refuse a success fraction outside [0, 1] (``where``: the field's dotted name)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0.0 <= value <= 1.0):
-        name = where.rpartition(".")[2]
-        raise ConfigError(f"{name}={value!r} out of [0, 1]", where=where,
-                          fix="e.g. 0.75 (plain prompt and 3/4 of the context-templated prompts)")
-
-
-def check_nll(value: float, where: str) -> None:
-    """Refuse a loss margin that is not a number > 0 (``where``: the field's dotted name)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        name = where.rpartition(".")[2]
-        raise ConfigError(f"{name}={value!r} must be > 0", where=where,
-                          fix="e.g. 0.5 (geometric-mean P(target) >= 0.6)")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""``mobiedit tune``: choose a model's edit settings — the layer and any objective or context
-setting (the clamp, the decay, the KL weight, the templates) — by a small grid of bench rows on
-requests the model knows, held apart from evaluation, and write the winner into its profile.
+"""``mobiedit tune``: choose a model's edit settings — the layer and any objective, context or
+success setting (the clamp, the decay, the KL weight, the templates, the NLL margin) — by a small
+grid of bench rows on requests the model knows, held apart from evaluation, and write the winner
+into its profile.
 
 Contract:
   * the candidates are the profile's current settings first, then every combination of ``--layers``
-    and ``--grid KEY=V1,V2`` (``KEY`` under ``objective.`` or ``context.``: what a profile carries);
+    and ``--grid KEY=V1,V2`` (``KEY`` under ``objective.``, ``context.`` or ``success.``: what a
+    profile carries; ``success.nll`` is the forward-only search's margin, so it needs a MobiEdit row);
   * each candidate is a :func:`mobiedit.bench.run_row` of one method row on the same ``n``
     requests (a child process each; its log in ``--out`` resumes an interrupted run);
   * the rank is :func:`tune_score`, the harmonic mean of efficacy and generalization (probability
@@ -32,8 +34,8 @@ log = logging.getLogger(__name__)
 
 #: the default grid: ROME's clamp and decay, each around its default
 DEFAULT_GRID = ("objective.clamp_norm_factor=2,4,8", "objective.weight_decay=0.1,0.5")
-#: the settings a profile stores (:data:`mobiedit.profile.PROFILE_SECTIONS`)
-_SECTIONS = ("objective.", "context.")
+#: the settings a profile stores (:data:`mobiedit.profile.PROFILE_SECTIONS` and its success rule)
+_SECTIONS = ("objective.", "context.", "success.")
 
 
 def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
@@ -42,8 +44,8 @@ def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
     out = []
     for item in items or []:
         key, eq, raw = item.partition("=")
-        fix = ("write KEY=V1,V2 (or KEY=[V1, V2] in JSON) with KEY under objective. or context. (what a profile "
-               "stores), e.g. objective.clamp_norm_factor=2,4,8")
+        fix = ("write KEY=V1,V2 (or KEY=[V1, V2] in JSON) with KEY under objective., context. or success. (what "
+               "a profile stores), e.g. objective.clamp_norm_factor=2,4,8 or success.nll=0.1,0.2,0.5")
         if not eq or not raw or not key.startswith(_SECTIONS) or any(not p for p in key.split(".")):
             raise ConfigError(f"bad grid item {item!r}", where="--grid", fix=fix)
         if raw.lstrip().startswith("["):
@@ -85,11 +87,18 @@ def distinct(cands: list[tuple[int, tuple]], method_row: str, seed: int, model_d
 
     seen, out = [], []
     for lay, sets in cands:
-        cfg = row_config(method_row, lay, seed, sets, model_dir)
+        cfg = row_config(method_row, lay, seed, row_sets(sets), model_dir)
         if cfg not in seen:  # dataclass equality: 4 == 4.0
             seen.append(cfg)
             out.append((lay, sets))
     return out
+
+
+def row_sets(sets: tuple) -> tuple:
+    """A candidate's profile settings as the row config's keys (``success.nll`` -> ``success_nll``)."""
+    from .profile import config_key
+
+    return tuple((config_key(k), v) for k, v in sets)
 
 
 def tune_score(quality: dict) -> float:
@@ -109,7 +118,7 @@ def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands
 
     table = []
     for i, (lay, sets) in enumerate(cands):
-        spec = RowSpec(method_row, n, sets)
+        spec = RowSpec(method_row, n, row_sets(sets))
         log.warning("tune candidate %d/%d: layer %d %s", i + 1, len(cands), lay, dict(sets) or "(current settings)")
         res = run_row(spec, model_dir, req_file, lay, seed, out, ability=False, progress=progress, offset=offset)
         table.append({"layer": lay, "settings": dict(sets), "score": tune_score(res["quality"]),
@@ -171,7 +180,7 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
     from .profile import ModelProfile, read_profile
 
     old = read_profile(model_dir) or ModelProfile(edit_layer=row["layer"])
-    sections = {"objective": dict(old.objective), "context": dict(old.context)}
+    sections = {"objective": dict(old.objective), "context": dict(old.context), "success": dict(old.success)}
     for key, value in row["settings"].items():
         section, *path = key.split(".")
         node = sections[section]
@@ -181,7 +190,7 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
     reason = old.layer_reason if row["layer"] == old.edit_layer else \
         f"mobiedit tune ({method_row}, {tuning['n']} known requests): the best score at layer {row['layer']}"
     return replace(old, edit_layer=row["layer"], layer_reason=reason, objective=sections["objective"],
-                   context=sections["context"], notes={**old.notes, "tune": tuning})
+                   context=sections["context"], success=sections["success"], notes={**old.notes, "tune": tuning})
 
 
 def cmd_tune(args) -> int:
@@ -198,6 +207,9 @@ def cmd_tune(args) -> int:
     if args.n < 1:
         raise ConfigError(f"--n must be >= 1, got {args.n}", where="--n", fix="e.g. --n 16")
     grid = parse_grid(args.grid if args.grid is not None else list(DEFAULT_GRID))
+    if ROWS[args.method][0] == "rome" and any(k == "success.nll" for k, _ in grid):
+        raise ConfigError("success.nll is the forward-only search's stop margin; ROME's search stops on its loss",
+                          where="--grid", fix="tune the margin with a MobiEdit row, e.g. --method fzoo-stopw")
     model_dir = resolve_model(args)
     try:
         layers = [int(x) for x in args.layers.split(",")] if args.layers else []
@@ -235,7 +247,7 @@ def cmd_tune(args) -> int:
 
 
 def register(sub) -> None:
-    sp = sub.add_parser("tune", help="choose a model's edit layer and objective settings on requests it knows "
+    sp = sub.add_parser("tune", help="choose a model's edit layer, objective and success settings on requests it knows "
                                      "(writes the profile with --write-profile)")
     g = sp.add_mutually_exclusive_group()
     g.add_argument("--model"); g.add_argument("--preset", default="default")
@@ -246,7 +258,7 @@ def register(sub) -> None:
                                                         "objective by exact gradients through the prefix graph)")
     sp.add_argument("--layers", help="comma-separated layers to try (default: the profile's)")
     sp.add_argument("--grid", action="append", metavar="KEY=V1,V2",
-                    help="a setting and its values, KEY under objective. or context.; repeatable "
+                    help="a setting and its values, KEY under objective., context. or success.; repeatable "
                          f"(default: {' '.join(DEFAULT_GRID)})")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", default="runs/tune")

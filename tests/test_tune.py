@@ -120,3 +120,41 @@ def test_tune_command_writes_table_png_and_profile(model_copy, tmp_path):
     assert prof.edit_layer == 0 and prof.notes["tune"]["case_ids"] == res["case_ids"]
     assert prof.objective == {k.split(".")[1]: v for k, v in best["settings"].items()}
     assert main(["tune", "--model", str(model_copy), "--requests", str(reqs), "--n", "9"]) == 2  # beyond the file
+
+
+def test_profile_success_rule_reaches_mobiedit_configs_the_bundle_recipe_and_tune(model_copy):
+    """A model's own success rule (issue 18: the margin chosen per model): ``success.nll`` sets
+    MobiEdit's margin on every config path and the bundle's recipe; ROME has no NLL margin, its
+    ``success_fraction`` still follows; bad values are named errors; tune sweeps and writes it."""
+    from mobiedit.export.recipe import shipped_recipe, with_success
+    from mobiedit.profile import config_key, success_settings
+    from mobiedit.tune import row_sets
+
+    write_profile(model_copy, ModelProfile(edit_layer=0, success={"nll": 0.1, "fraction": 1.0}))
+    assert success_settings(model_copy) == {"nll": 0.1, "fraction": 1.0}
+    mc = load_method_config("mobiedit", model_dir=model_copy)
+    assert (mc.success_nll, mc.success_fraction) == (0.1, 1.0) and mc.recipe.success.nll == 0.1
+    rc = load_method_config("rome", model_dir=model_copy)
+    assert rc.success_fraction == 1.0 and not hasattr(rc, "success_nll")
+    assert row_config("fzoo-stopw", 0, 0, (), model_copy).success_nll == 0.1
+    assert row_config("fzoo-stopw", 0, 0, row_sets((("success.nll", 0.3),)), model_copy).success_nll == 0.3
+    recipe = with_success(shipped_recipe(4), success_settings(model_copy))
+    assert recipe.as_manifest()["success"]["nll"] == 0.1 and recipe.as_manifest()["success"]["fraction"] == 1.0
+    assert with_success(shipped_recipe(4), {}) == shipped_recipe(4)
+    assert config_key("success.nll") == "success_nll" and config_key("objective.kl_factor") == "objective.kl_factor"
+    tuning = {"n": 1, "case_ids": []}
+    p = tuned_profile(model_copy, {"layer": 0, "settings": {"success.nll": 0.2}}, "fzoo-stopw", tuning)
+    assert p.success == {"nll": 0.2, "fraction": 1.0}
+    for bad, match in (({"nll": 0}, "nll=0 must be > 0"), ({"fraction": 2}, "out of"), ({"margin": 1}, "unknown")):
+        (model_copy / "mobiedit.json").write_text(json.dumps({"edit_layer": 0, "success": bad}))
+        with pytest.raises(ConfigError, match=match) as e:
+            load_method_config("mobiedit", model_dir=model_copy)
+        assert "success" in e.value.where
+    assert parse_grid(["success.nll=0.1,0.5"]) == [("success.nll", [0.1, 0.5])]
+
+
+def test_tune_refuses_a_margin_grid_for_rome(model_copy, tmp_path):
+    from mobiedit.cli import main
+
+    assert main(["tune", "--model", str(model_copy), "--method", "rome-lean", "--grid", "success.nll=0.1,0.5",
+                 "--n", "1", "--out", str(tmp_path / "t")]) == 2
