@@ -32,6 +32,33 @@ def row_identity(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed:
             "requests_sha256": files_sha256([Path(req_file)]), "layer": layer, "seed": seed, "ability": ability}
 
 
+def exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """In a spawned child of process ``parent`` (its pid, taken in the parent — a parent killed
+    while the child starts up must count as gone): exit (code 3) once it is gone, so that a bench
+    or tune stopped by SIGTERM or SIGKILL (which reach the parent only) leaves no orphan that goes
+    on editing for hours and appending to the row log. A daemon thread polls ``os.getppid()``."""
+    import threading
+    import time
+
+    if os.getppid() != parent:
+        os._exit(3)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def run_watched(target, args: tuple, parent: int) -> None:
+    """A spawned child's body: ``target(*args)``, ended with the process ``parent``
+    (:func:`exit_with_parent`; the bench-shape, demo and row children)."""
+    exit_with_parent(parent)
+    target(*args)
+
+
 #: config fields whose default changed after they existed, with the value a log that predates the
 #: field ran with (its absence in a log means that value, not today's default): ``stop_on`` came
 #: in session 16 defaulting to "loop", the behaviour of every earlier log; its default is "written" now
@@ -97,7 +124,7 @@ def request_slice(req_file: str | Path, n: int, offset: int = 0) -> list:
 
 
 def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, out: str,
-           ability: bool = True, progress: bool = False, offset: int = 0) -> None:
+           ability: bool = True, progress: bool = False, offset: int = 0, parent: int | None = None) -> None:
     """Run one row in this (child) process and write its result JSON to ``out``. Each finished
     request is appended to ``out``'s ``.jsonl`` :class:`~mobiedit.rowlog.RowLog` first, so a rerun
     resumes there. ``ability`` adds fluency and held-out perplexity before/after each edit
@@ -105,6 +132,8 @@ def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, 
     first request (a phone holds it quantized): s/edit is the edit alone."""
     from .rss import peak_rss_mb
 
+    if parent is not None:
+        exit_with_parent(parent)
     import torch
     from tqdm import tqdm
 
@@ -160,7 +189,7 @@ def run_row(spec: RowSpec, model_dir: Path, req_file: Path, layer: int, seed: in
     out.unlink(missing_ok=True)
     ctx = mp.get_context("spawn")
     p = ctx.Process(target=_child, args=(spec, str(model_dir), str(req_file), layer, seed, str(out), ability,
-                                         progress, offset))
+                                         progress, offset), kwargs={"parent": os.getpid()})
     p.start()
     p.join()
     if p.exitcode != 0 or not out.is_file():

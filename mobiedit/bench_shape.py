@@ -145,7 +145,9 @@ def _quantize_child(folder: str, layer: int, out: str) -> None:
 
 
 def _spawn(target, args: tuple, what: str) -> None:
-    p = mp.get_context("spawn").Process(target=target, args=args)
+    from .bench import run_watched
+
+    p = mp.get_context("spawn").Process(target=run_watched, args=(target, args, os.getpid()))
     p.start(); p.join()
     if p.exitcode != 0:
         raise ConfigError(f"{what} child failed (exit {p.exitcode})", where="bench-shape", fix="rerun with -v")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+import os
 import tempfile
 from pathlib import Path
 
@@ -60,7 +61,10 @@ def edit_in_child(method: str, model_dir: Path, req, layer: int, seed: int, work
     from .errors import MobiEditError
 
     out = str(workdir / method)
-    p = mp.get_context("spawn").Process(target=_edit_child, args=(method, str(model_dir), req.to_dict(), layer, seed, out))
+    from .bench import run_watched
+
+    p = mp.get_context("spawn").Process(target=run_watched, args=(
+        _edit_child, (method, str(model_dir), req.to_dict(), layer, seed, out), os.getpid()))
     p.start(); p.join()
     if p.exitcode != 0:
         raise MobiEditError(f"{method} edit failed in its child process (exit {p.exitcode})", where="demo",

@@ -3,6 +3,7 @@ and the prefix FLOP model (figures themselves live in docs/results.md, not in as
 from __future__ import annotations
 
 import dataclasses
+import os
 import json
 
 import pytest
@@ -246,3 +247,49 @@ def test_row_summary_reports_quality_over_the_applied_edits_alone(tmp_path):
     row = summ | {"sequences_mean": 1, "forward_calls_mean": 1, "backward_calls_mean": 0, "peak_rss_mb": 1}
     line = format_rows([row]).splitlines()
     assert "ppl%a" in line[0] and "   2.00" in line[1] and " 101.33" in line[1]
+
+
+_ORPHAN_SCRIPT = """
+import multiprocessing as mp, os, sys, time
+from mobiedit.bench import run_watched
+
+def body():
+    time.sleep(120)
+
+if __name__ == "__main__":
+    p = mp.get_context("spawn").Process(target=run_watched, args=(body, (), os.getpid()))
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (Linux /proc)."""
+    assert os.path.isdir("/proc/self"), "this check reads /proc"
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def test_a_bench_child_ends_with_its_killed_parent(tmp_path):
+    """SIGKILL reaches the parent alone: its spawned row child notices and exits instead of editing
+    on as an orphan (mobiedit.bench.exit_with_parent: every bench, bench-shape, tune and demo child)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert _alive(child)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(child)
