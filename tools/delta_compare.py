@@ -97,6 +97,7 @@ def compare(lm, reqs, rows: dict, seed: int) -> list[dict]:
             out = run_once(lm, req, cfg, ctx, fwds[label])
             deltas[label] = out.delta.double()
             rec["rows"][label] = {"norm": float(out.delta.norm()), "loss_evals": out.loss_evals,
+                                  "sequences": out.sequences,
                                   "succeeded": out.succeeded, "ray": ray(lm, ctx, req, cfg, out.delta)}
             log.warning("request %d/%d %s %s: |delta| %.1f, %d evaluations, plain/paraphrase NLL at s=1 %.3f / %.3f",
                         i + 1, len(reqs), req.case_id, label, rec["rows"][label]["norm"], out.loss_evals,
@@ -118,6 +119,7 @@ def summary(records: list[dict]) -> dict:
         rs = [r["rows"][lab] for r in records]
         out["rows"][lab] = {"norm_median": st.median(x["norm"] for x in rs),
                             "loss_evals_median": st.median(x["loss_evals"] for x in rs),
+                            "sequences_median": st.median(x["sequences"] for x in rs),
                             "succeeded": sum(x["succeeded"] for x in rs),
                             "plain_nll_median": st.median(x["ray"]["1"]["plain"] for x in rs),
                             "paraphrase_nll_median": st.median(x["ray"]["1"]["paraphrase"] for x in rs)}
