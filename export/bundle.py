@@ -258,11 +258,12 @@ def read_manifest(path: Path) -> dict:
                               where=f"{where}, field '{key}'", fix="re-export the bundle")
     files = m["files"]
     for name, meta in files.items():
-        if "/" in name or "\\" in name or name.startswith(".") or name == MANIFEST or not name:
+        if ("/" in name or "\\" in name or name.startswith(".") or name == MANIFEST or not name
+                or not name.isprintable()):
             raise BundleError(f"unsafe file name {name!r}", where=f"{where}, field 'files'", fix="re-export the bundle")
         if (not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str)
                 or not isinstance(meta.get("bytes"), int) or isinstance(meta.get("bytes"), bool)):
-            raise BundleError("each entry must be {\"bytes\": int, \"sha256\": str}", where=f"{where}, field 'files.{name}'",
+            raise BundleError("each entry must be {\"bytes\": int, \"sha256\": str}", where=f"{where}, field 'files[{name!r}]'",
                               fix="re-export the bundle")
     for role, spec in m["programs"].items():
         if not isinstance(spec, dict) or not isinstance(spec.get("file"), str) or spec["file"] not in files:

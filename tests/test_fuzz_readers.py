@@ -185,3 +185,22 @@ def test_manifest_reader_names_the_field_of_a_wrongly_typed_section(tmp_path):
         (folder / "manifest.json").write_text(json.dumps(m))
         with pytest.raises(BundleError, match=f"field '{key}'"):
             read_manifest(folder)
+
+
+def test_manifest_reader_keeps_a_control_character_file_name_out_of_its_message(tmp_path):
+    """Regression (found by the fuzzer in session 21): a `files` entry named "\\n" made the error's
+    location two lines; an unprintable name is refused as unsafe, the message one line."""
+    import json
+
+    from mobiedit.errors import BundleError
+    from mobiedit.export.bundle import read_manifest
+
+    for files in ({"\n": None}, {"a\x1b[2J": {"bytes": 1, "sha256": "0" * 64}}):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        m = F._valid_manifest(folder)
+        m["files"] = files
+        (folder / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(BundleError, match="unsafe file name") as info:
+            read_manifest(folder)
+        assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
