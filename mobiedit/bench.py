@@ -54,9 +54,19 @@ def exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
 
 def run_watched(target, args: tuple, parent: int) -> None:
     """A spawned child's body: ``target(*args)``, ended with the process ``parent``
-    (:func:`exit_with_parent`; the bench-shape, demo and row children)."""
+    (:func:`exit_with_parent`)."""
     exit_with_parent(parent)
     target(*args)
+
+
+def spawn_watched(target, args: tuple) -> int:
+    """Run ``target(*args)`` in a spawned child that ends with this process (:func:`run_watched`);
+    wait for it and return its exit code. The one way the bench, bench-shape, tune and demo
+    children are started."""
+    p = mp.get_context("spawn").Process(target=run_watched, args=(target, args, os.getpid()))
+    p.start()
+    p.join()
+    return p.exitcode
 
 
 #: config fields whose default changed after they existed, with the value a log that predates the
@@ -124,7 +134,7 @@ def request_slice(req_file: str | Path, n: int, offset: int = 0) -> list:
 
 
 def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, out: str,
-           ability: bool = True, progress: bool = False, offset: int = 0, parent: int | None = None) -> None:
+           ability: bool = True, progress: bool = False, offset: int = 0) -> None:
     """Run one row in this (child) process and write its result JSON to ``out``. Each finished
     request is appended to ``out``'s ``.jsonl`` :class:`~mobiedit.rowlog.RowLog` first, so a rerun
     resumes there. ``ability`` adds fluency and held-out perplexity before/after each edit
@@ -132,8 +142,6 @@ def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, 
     first request (a phone holds it quantized): s/edit is the edit alone."""
     from .rss import peak_rss_mb
 
-    if parent is not None:
-        exit_with_parent(parent)
     import torch
     from tqdm import tqdm
 
@@ -187,13 +195,9 @@ def run_row(spec: RowSpec, model_dir: Path, req_file: Path, layer: int, seed: in
     if all(c in rlog.done for c in ids):  # every request already measured: no child, no model load
         return row_summary(name, layer, rlog, ids)
     out.unlink(missing_ok=True)
-    ctx = mp.get_context("spawn")
-    p = ctx.Process(target=_child, args=(spec, str(model_dir), str(req_file), layer, seed, str(out), ability,
-                                         progress, offset), kwargs={"parent": os.getpid()})
-    p.start()
-    p.join()
-    if p.exitcode != 0 or not out.is_file():
-        raise ConfigError(f"bench row {name!r} failed in its child process (exit {p.exitcode})",
+    code = spawn_watched(_child, (spec, str(model_dir), str(req_file), layer, seed, str(out), ability, progress, offset))
+    if code != 0 or not out.is_file():
+        raise ConfigError(f"bench row {name!r} failed in its child process (exit {code})",
                           where=f"row {name}", fix="run it alone with -v to see the error")
     return json.loads(out.read_text())
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing as mp
 import os
 import socket
 import tempfile
@@ -145,12 +144,11 @@ def _quantize_child(folder: str, layer: int, out: str) -> None:
 
 
 def _spawn(target, args: tuple, what: str) -> None:
-    from .bench import run_watched
+    from .bench import spawn_watched
 
-    p = mp.get_context("spawn").Process(target=run_watched, args=(target, args, os.getpid()))
-    p.start(); p.join()
-    if p.exitcode != 0:
-        raise ConfigError(f"{what} child failed (exit {p.exitcode})", where="bench-shape", fix="rerun with -v")
+    code = spawn_watched(target, args)
+    if code != 0:
+        raise ConfigError(f"{what} child failed (exit {code})", where="bench-shape", fix="rerun with -v")
 
 
 def run_child(method: str, folder: Path, layer: int, steps: int, workdir: Path) -> dict:

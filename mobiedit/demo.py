@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing as mp
-import os
 import tempfile
 from pathlib import Path
 
@@ -61,13 +59,11 @@ def edit_in_child(method: str, model_dir: Path, req, layer: int, seed: int, work
     from .errors import MobiEditError
 
     out = str(workdir / method)
-    from .bench import run_watched
+    from .bench import spawn_watched
 
-    p = mp.get_context("spawn").Process(target=run_watched, args=(
-        _edit_child, (method, str(model_dir), req.to_dict(), layer, seed, out), os.getpid()))
-    p.start(); p.join()
-    if p.exitcode != 0:
-        raise MobiEditError(f"{method} edit failed in its child process (exit {p.exitcode})", where="demo",
+    code = spawn_watched(_edit_child, (method, str(model_dir), req.to_dict(), layer, seed, out))
+    if code != 0:
+        raise MobiEditError(f"{method} edit failed in its child process (exit {code})", where="demo",
                             fix="run `mobiedit edit` with -v for details")
     return json.loads(Path(out + ".json").read_text()), load_file(out + ".safetensors")
 

@@ -48,22 +48,11 @@ def parse_row(item: str) -> tuple[str, str, tuple]:
     return label, row, tuple(kv)
 
 
-def target_nll(lm, prompt: str, target: str) -> float:
-    """Mean NLL per token of `` target`` after ``prompt`` (teacher-forced, one forward)."""
-    from mobiedit.prompts import prompt_ids, target_ids
-
-    ids_p = prompt_ids(lm.tokenizer, prompt)
-    ids_t = target_ids(lm.tokenizer, target)
-    x = torch.tensor([ids_p + ids_t])
-    with torch.no_grad():
-        lp = torch.log_softmax(lm.model(x).logits[0, len(ids_p) - 1:-1].float(), -1)
-    return float(-lp[torch.arange(len(ids_t)), torch.tensor(ids_t)].mean())
-
-
 def ray(lm, ctx, req, cfg, delta: torch.Tensor) -> dict:
     """Target NLL at the plain prompt and (mean) at the paraphrases with ``s·delta`` written, per s."""
     from mobiedit.families import get_module
     from mobiedit.editing.update import write_factors
+    from mobiedit.evaluate import teacher_forced
     from mobiedit.methods.rome import factors_from_delta
 
     weight = get_module(lm.model, lm.family.mlp_out, cfg.layer).weight
@@ -72,10 +61,10 @@ def ray(lm, ctx, req, cfg, delta: torch.Tensor) -> dict:
         u, w, _ = factors_from_delta(lm, ctx, req, cfg.layer, delta * s, cfg.mom2_ridge, cfg.update)
         saved = weight.detach().clone()
         write_factors(weight, u, w, lm.family.weight_out_in)
-        try:
-            para = [target_nll(lm, p, req.target_new) for p in req.paraphrase_prompts]
-            out[f"{s:g}"] = {"plain": target_nll(lm, req.rewrite_prompt, req.target_new),
-                             "paraphrase": sum(para) / len(para) if para else float("nan")}
+        try:  # one batched teacher-forced forward: the plain prompt, then the paraphrases
+            prompts = [req.rewrite_prompt, *req.paraphrase_prompts]
+            nll = teacher_forced(lm.model, lm.tokenizer, prompts, [req.target_new] * len(prompts)).nll
+            out[f"{s:g}"] = {"plain": nll[0], "paraphrase": sum(nll[1:]) / len(nll[1:]) if nll[1:] else float("nan")}
         finally:
             with torch.no_grad():
                 weight.copy_(saved)

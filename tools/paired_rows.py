@@ -20,8 +20,11 @@ COLUMNS = ("eff", "gen", "effP", "genP", "locU", "succ%", "evals(med)", "written
 
 def read_log(path: Path) -> tuple[dict, dict[str, dict]]:
     """(identity, {case_id: record}) of a row log (line 0: the row's identity)."""
-    lines = path.read_text().splitlines()
-    return json.loads(lines[0]).get("identity", {}), {r["case_id"]: r for r in map(json.loads, lines[1:]) if r}
+    from tools.compare_rows import records
+
+    with path.open() as f:
+        identity = json.loads(f.readline()).get("identity", {})
+    return identity, records(path)
 
 
 def paired(logs: dict[str, dict[str, dict]]) -> tuple[list[str], dict[str, dict]]:
