@@ -47,17 +47,18 @@ def output_basis(lm, ctx, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def first_gradient(lm, ctx, req, cfg) -> torch.Tensor:
     """The ``rome-lean`` objective's gradient in the value delta at ``δ = 0`` (float64 [d])."""
+    from mobiedit.editing.compute_v import prefix_loss_fn
     from mobiedit.editing.context import build_edit_inputs
     from mobiedit.forward.graph import PrefixGraph
     from mobiedit.forward.prefix import compute_prefix_state
 
     inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, cfg.objective)
     state = compute_prefix_state(lm.model, lm.family, cfg.layer, inputs, None)
-    graph = PrefixGraph(lm.model, lm.family, state, cfg.objective)
+    loss_fn = prefix_loss_fn(PrefixGraph(lm.model, lm.family, state, cfg.objective))  # rome-lean's own objective
     delta = torch.zeros_like(state.v_init, requires_grad=True)
     with torch.enable_grad():
-        loss, _ = graph.differentiable(delta.unsqueeze(0))
-        (grad,) = torch.autograd.grad(loss[0], [delta])
+        loss, _ = loss_fn(delta)
+        (grad,) = torch.autograd.grad(loss, [delta])
     return grad.double()
 
 
