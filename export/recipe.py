@@ -50,8 +50,10 @@ from mobiedit.zo import ZOConfig
 
 log = logging.getLogger(__name__)
 
-#: ZOConfig fields a recipe carries, in ZOConfig's order (max_norm comes from the objective)
-ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig) if f.name != "max_norm")
+#: ZOConfig fields a recipe must carry, in ZOConfig's order (max_norm comes from the objective)
+ZO_OPTIONAL = ("directions",)  # written by this exporter; absent in older bundles (then "iid")
+ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig)
+                  if f.name != "max_norm" and f.name not in ZO_OPTIONAL)
 _KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
 SUCCESS_FIELDS = ("fraction", "nll")
 
@@ -84,7 +86,7 @@ class Recipe:
     def as_manifest(self) -> dict:
         """The manifest's ``recipe`` object."""
         zo = self.zo.as_dict()
-        return {"zo": {k: zo[k] for k in ZO_FIELDS},
+        return {"zo": {k: zo[k] for k in ZO_FIELDS + ZO_OPTIONAL},
                 "success": {"fraction": self.success_fraction, "nll": self.success_nll, "stop_on": self.stop_on},
                 "ladder": {"fractions": list(self.ladder), "from_edits": self.ladder_from_edits}}
 
@@ -151,8 +153,8 @@ def check_recipe(raw, where: str) -> Recipe:
     unknown or missing fields, wrong types, values :class:`ZOConfig` refuses, a seed past 2^63 − 1.
     (The size of the directions' buffer is checked with the other buffers, in :mod:`.manifest_check`.)"""
     r = _section(raw, where, "recipe", ("zo", "success"), optional=("ladder",))
-    zo_raw = _section(r["zo"], where, "recipe.zo", ZO_FIELDS)
-    for key in ZO_FIELDS:
+    zo_raw = _section(r["zo"], where, "recipe.zo", ZO_FIELDS, optional=ZO_OPTIONAL)
+    for key in zo_raw:
         value = zo_raw[key]
         if _KIND[key] == "str":
             if not isinstance(value, str):
@@ -163,7 +165,7 @@ def check_recipe(raw, where: str) -> Recipe:
         zo = ZOConfig(**zo_raw)
     except ConfigError as e:  # names the ZOConfig field: ZOConfig.<name>
         name = (e.where or "").rpartition(".")[2] or "recipe.zo"
-        raise _fail(where, f"recipe.zo.{name}" if name in ZO_FIELDS else "recipe.zo", e.message,
+        raise _fail(where, f"recipe.zo.{name}" if name in ZO_FIELDS + ZO_OPTIONAL else "recipe.zo", e.message,
                     fix=e.fix or FIX) from None
     if zo.seed > MAX_SEED:
         raise _fail(where, "recipe.zo.seed", f"{zo.seed} does not fit a signed 64-bit integer",

@@ -21,6 +21,7 @@ class Config:
     estimator: str  # "paper" | "fzoo" | "antithetic"
     optimizer: str  # "sgd" | "adam"
     lr_schedule: str  # "constant" | "cosine"
+    directions: str  # "iid" | "coordinates"
     n_dirs: int
     h: float
     lr: float
@@ -97,7 +98,8 @@ def philox4x32_10(
     """Philox4x32-10 of one counter block (uint32 words)."""
 
 def directions(kind: str, seed: int, step: int, n: int, d: int, stream: int = 0) -> F32:
-    """``n`` directions [n, d] ("rademacher" | "gaussian") exactly as the engine draws them."""
+    """``n`` directions [n, d] ("rademacher" | "gaussian" | "coordinates") exactly as the engine
+    draws them."""
 
 def rank_one(k_star: F32, v_star: F32, w_k: F32, c: Optional[F32] = None) -> tuple[F32, F32]:
     """ROME factors ``(u = v* - W k*, w = c / (c . k*))``; c None means c = k*."""

@@ -49,13 +49,13 @@ def test_the_shipped_recipe_is_the_methods_config_fitted_to_K(K):
     n_dirs fitted to the edit programs' static K (one program call per step)."""
     import dataclasses
 
-    from mobiedit.export.recipe import ZO_FIELDS, shipped_recipe
+    from mobiedit.export.recipe import ZO_FIELDS, ZO_OPTIONAL, shipped_recipe
     from mobiedit.methods.mobiedit import MobiEditConfig
 
     cfg, r = MobiEditConfig(), shipped_recipe(K)
     assert r.zo == dataclasses.replace(cfg.zo, n_dirs=max(1, K - 1)) and r.zo.estimator == "fzoo"
     assert (r.success_fraction, r.success_nll) == (cfg.success_fraction, cfg.success_nll)
     m = r.as_manifest()
-    assert list(m["zo"]) == list(ZO_FIELDS) and "max_norm" not in m["zo"]
+    assert list(m["zo"]) == list(ZO_FIELDS + ZO_OPTIONAL) and "max_norm" not in m["zo"]
     assert m["success"] == {"fraction": cfg.success_fraction, "nll": cfg.success_nll, "stop_on": "written"}
     assert m["zo"]["n_dirs"] == max(1, K - 1) and m["zo"]["lr"] == cfg.zo.lr

@@ -100,6 +100,8 @@ def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
     ("recipe.success.fraction", 1.5, "recipe.success.fraction"),
     ("recipe.success.nll", 0, "recipe.success.nll"),
     ("recipe.success.nll", True, "recipe.success.nll"),
+    ("recipe.zo.directions", "sobol", "recipe.zo.directions"),
+    ("recipe.zo.directions", 1, "recipe.zo.directions"),
     ("recipe.success.stop_on", "never", "recipe.success.stop_on"),
     ("recipe.success.stop_on", 1, "recipe.success.stop_on"),
     ("recipe.success.stop_after", "loop", "recipe.success.stop_after"),
@@ -162,6 +164,13 @@ def test_the_recipe_comes_from_the_manifest_else_the_shipped_one(tmp_path):
     del m["recipe"]["success"]["stop_on"]  # exported before session 16: the loop's rule, as then
     _write(tmp_path, m)
     assert recipe_of(read_manifest(tmp_path)).stop_on == "loop"
+    m["recipe"]["zo"]["directions"] = "coordinates"  # how directions are drawn round-trips
+    _write(tmp_path, m)
+    r = recipe_of(read_manifest(tmp_path))
+    assert r.zo.directions == "coordinates" and r.as_manifest()["zo"]["directions"] == "coordinates"
+    del m["recipe"]["zo"]["directions"]  # exported before session 24: i.i.d., as then
+    _write(tmp_path, m)
+    assert recipe_of(read_manifest(tmp_path)).zo.directions == "iid"
     del m["recipe"]
     _write(tmp_path, m)
     old = recipe_of(read_manifest(tmp_path))

@@ -24,6 +24,9 @@ from mobiedit.zo import rng
 
 EPS_SIGMA = 1e-8
 ESTIMATORS = ("paper", "fzoo", "antithetic")
+#: How directions are drawn: ``iid`` (the estimator's own kind, fresh each step) or
+#: ``coordinates`` (signed coordinate vectors, a fresh permutation per cycle of d directions).
+DIRECTIONS = ("iid", "coordinates")
 
 
 def seq_sum(values: Sequence[float]) -> float:
@@ -80,7 +83,10 @@ class _Base:
     kind = "rademacher"
     name = ""
 
-    def __init__(self, n_dirs: int, h: float, seed: int, d: int) -> None:
+    def __init__(self, n_dirs: int, h: float, seed: int, d: int,
+                 directions: str = "iid") -> None:
+        if directions == "coordinates":
+            self.kind = "coordinates"
         self.n = n_dirs
         self.h = float(h)
         self.seed = seed
@@ -201,19 +207,25 @@ def distinct_rows_per_step(estimator: str, n_dirs: int) -> int:
     return {"paper": 2 * n_dirs + 1, "fzoo": n_dirs + 1, "antithetic": 2 * n_dirs}[estimator]
 
 
-def make_estimator(name: str, n_dirs: int, h: float, seed: int, d: int) -> Estimator:
-    """Build the estimator called ``name``.
+def make_estimator(name: str, n_dirs: int, h: float, seed: int, d: int,
+                   directions: str = "iid") -> Estimator:
+    """Build the estimator called ``name``, drawing its own i.i.d. kind of directions
+    (``directions="iid"``: Gaussian for ``paper``, Rademacher otherwise) or coordinate
+    directions (``"coordinates"``: :func:`mobiedit.zo.rng.coordinates`).
 
     Raises:
         ConfigError: for an unknown name.
         MobiEditError: for ``d < 1``.
     """
-    classes: dict[str, Callable[[int, float, int, int], Estimator]] = {
+    classes: dict[str, Callable[..., Estimator]] = {
         "paper": PaperEstimator, "fzoo": FzooEstimator, "antithetic": AntitheticEstimator}
     if name not in classes:
         raise ConfigError(f"unknown estimator {name!r}", where="estimator",
                           fix=f"use one of {', '.join(ESTIMATORS)}")
+    if directions not in DIRECTIONS:
+        raise ConfigError(f"unknown directions {directions!r}", where="directions",
+                          fix=f"use one of {', '.join(DIRECTIONS)}")
     if d < 1:
         raise MobiEditError(f"delta length d={d} must be >= 1", where="x0",
                             fix="pass a non-empty 1-D float32 x0")
-    return classes[name](n_dirs, h, seed, d)
+    return classes[name](n_dirs, h, seed, d, directions)

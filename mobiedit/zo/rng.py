@@ -8,8 +8,18 @@ disagree by an ulp at a float32 rounding boundary; the parity tests allow 1e-6).
 
 Counter layout for a perturbation element ``j`` of direction ``row`` at loop ``step``:
 ``(j // 4, row, step, stream)``; output word ``j % 4`` belongs to element ``j``.
+
+Coordinate directions (kind ``"coordinates"``) are signed, scaled basis vectors ``√d·s·e_p``:
+direction ``i`` of ``step`` is slot ``t = step·n + i`` of the sequence, which runs through cycles
+of ``d`` slots; cycle ``c = t // d`` is a permutation ``p`` of the ``d`` coordinates with signs
+``s``, drawn from the ``2d`` words of counters ``(b, c mod 2**32, c // 2**32, stream)``:
+Fisher–Yates from the last slot down, slot ``k`` swapping with ``(w_k·(k+1)) >> 32`` (word ``k``),
+and sign ``+1`` where word ``d + k``'s top bit is 0. Within a cycle the directions are
+orthogonal and cover every coordinate once (their outer products sum to ``d·I``).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import numpy.typing as npt
@@ -120,9 +130,53 @@ def gaussian(seed: int, step: int, n: int, d: int, stream: int = STREAM_DIRECTIO
     return z[:, :d].astype(np.float32)
 
 
+@functools.lru_cache(maxsize=4)
+def coordinate_cycle(seed: int, cycle: int, d: int,
+                     stream: int = STREAM_DIRECTIONS) -> tuple[np.ndarray, np.ndarray]:
+    """Return cycle ``cycle``'s permutation (int64 ``[d]``) and signs (float32 ``[d]``) — the
+    module docstring's draw. Read-only arrays (cached)."""
+    if d < 1 or cycle < 0 or cycle >= 2**64 or stream < 0:
+        raise ConfigError(f"bad cycle arguments (d={d}, cycle={cycle}, stream={stream})",
+                          where="coordinate_cycle", fix="pass d >= 1 and a non-negative cycle")
+    blocks = (2 * d + 3) // 4
+    b = np.arange(blocks, dtype=_U32)
+    x = philox4x32_10((b, _U32(cycle & _MASK32), _U32((cycle >> 32) & _MASK32),
+                       _U32(stream & _MASK32)), seed_to_key(seed))
+    w = np.stack(x, axis=-1).reshape(blocks * 4)[:2 * d]
+    draw = ((w[:d].astype(_U64) * np.arange(1, d + 1, dtype=_U64)) >> _U64(32)).tolist()
+    perm = list(range(d))
+    for k in range(d - 1, 0, -1):
+        r = draw[k]
+        perm[k], perm[r] = perm[r], perm[k]
+    sign = (1.0 - 2.0 * (w[d:] >> _U32(31)).astype(np.float32)).astype(np.float32)
+    p = np.asarray(perm, dtype=np.int64)
+    p.flags.writeable = False
+    sign.flags.writeable = False
+    return p, sign
+
+
+def coordinates(seed: int, step: int, n: int, d: int, stream: int = STREAM_DIRECTIONS) -> np.ndarray:
+    """Return ``n`` coordinate directions ``[n, d]`` float32 (slots ``step·n … step·n + n − 1``
+    of the module docstring's sequence); each row has one nonzero, ``±float32(√d)``."""
+    if n < 0 or d < 1 or step < 0:
+        raise ConfigError(f"bad argument (n={n}, d={d}, step={step})", where="directions",
+                          fix="pass n >= 0, d >= 1 and a non-negative step")
+    out = np.zeros((n, d), dtype=np.float32)
+    scale = np.float32(np.sqrt(np.float64(d)))
+    for i in range(n):
+        cycle, j = divmod(step * n + i, d)
+        perm, sign = coordinate_cycle(seed, cycle, d, stream)
+        out[i, perm[j]] = sign[j] * scale
+    return out
+
+
+#: Direction kinds :func:`directions` draws.
+KINDS = ("rademacher", "gaussian", "coordinates")
+
+
 def directions(kind: str, seed: int, step: int, n: int, d: int,
                stream: int = STREAM_DIRECTIONS) -> np.ndarray:
-    """Dispatch to :func:`rademacher` or :func:`gaussian` by ``kind``.
+    """Dispatch to :func:`rademacher`, :func:`gaussian` or :func:`coordinates` by ``kind``.
 
     Raises:
         ConfigError: for an unknown ``kind``.
@@ -131,5 +185,7 @@ def directions(kind: str, seed: int, step: int, n: int, d: int,
         return rademacher(seed, step, n, d, stream)
     if kind == "gaussian":
         return gaussian(seed, step, n, d, stream)
+    if kind == "coordinates":
+        return coordinates(seed, step, n, d, stream)
     raise ConfigError(f"unknown direction kind {kind!r}", where="kind",
-                      fix="use 'rademacher' or 'gaussian'")
+                      fix=f"use one of {', '.join(KINDS)}")

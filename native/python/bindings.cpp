@@ -206,6 +206,9 @@ void bind_config(py::module_& m) {
       .def_property(
           "lr_schedule", [](const mobiedit::Config& c) { return mobiedit::schedule_name(c.lr_schedule); },
           [](mobiedit::Config& c, const std::string& s) { c.lr_schedule = mobiedit::parse_schedule(s); })
+      .def_property(
+          "directions", [](const mobiedit::Config& c) { return mobiedit::directions_name(c.directions); },
+          [](mobiedit::Config& c, const std::string& s) { c.directions = mobiedit::parse_directions(s); })
       .def_readwrite("n_dirs", &mobiedit::Config::n_dirs)
       .def_readwrite("h", &mobiedit::Config::h)
       .def_readwrite("lr", &mobiedit::Config::lr)
@@ -289,8 +292,11 @@ void bind_functions(py::module_& m) {
           k = mobiedit::DirectionKind::Rademacher;
         } else if (kind == "gaussian") {
           k = mobiedit::DirectionKind::Gaussian;
+        } else if (kind == "coordinates") {
+          k = mobiedit::DirectionKind::Coordinates;
         } else {
-          throw py::value_error("kind must be 'rademacher' or 'gaussian', got '" + kind + "'");
+          throw py::value_error("kind must be 'rademacher', 'gaussian' or 'coordinates', got '" +
+                                kind + "'");
         }
         if (n < 0 || d < 0) throw py::value_error("n and d must be >= 0");
         F32Array out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(d)});

@@ -77,6 +77,8 @@ mobiedit::Config to_cpp(const mobiedit_config_t& c) {
                                                   "use MOBIEDIT_OPT_SGD/ADAM");
   out.lr_schedule = enum_field<mobiedit::Schedule>(c.lr_schedule, 2, "lr_schedule",
                                                    "use MOBIEDIT_LR_CONSTANT/COSINE");
+  out.directions = enum_field<mobiedit::Directions>(c.directions, 2, "directions",
+                                                    "use MOBIEDIT_DIRECTIONS_IID/COORDINATES");
   out.n_dirs = c.n_dirs;
   out.h = c.h;
   out.lr = c.lr;
@@ -129,6 +131,7 @@ int mobiedit_config_default(mobiedit_config_t* out) {
   out->n_dirs = c.n_dirs;
   out->optimizer = static_cast<int32_t>(c.optimizer);
   out->lr_schedule = static_cast<int32_t>(c.lr_schedule);
+  out->directions = static_cast<int32_t>(c.directions);
   out->h = c.h;
   out->lr = c.lr;
   out->lr_min = c.lr_min;
@@ -246,12 +249,17 @@ int mobiedit_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uin
 
 int mobiedit_directions(int32_t kind, uint64_t seed, uint32_t step, uint32_t stream, int32_t n,
                         int32_t d, float* out) {
-  if (out == nullptr || n < 0 || d < 0 || (kind != MOBIEDIT_DIR_RADEMACHER &&
-                                           kind != MOBIEDIT_DIR_GAUSSIAN)) {
+  if (out == nullptr || n < 0 || d < 0 ||
+      (kind != MOBIEDIT_DIR_RADEMACHER && kind != MOBIEDIT_DIR_GAUSSIAN &&
+       kind != MOBIEDIT_DIR_COORDINATES)) {
     return MOBIEDIT_ERR_INVALID_ARGUMENT;
   }
-  mobiedit::fill_directions(static_cast<mobiedit::DirectionKind>(kind), seed, step, stream, n, d,
-                            out);
+  try {
+    mobiedit::fill_directions(static_cast<mobiedit::DirectionKind>(kind), seed, step, stream, n,
+                              d, out);
+  } catch (const std::bad_alloc&) {
+    return MOBIEDIT_ERR_INTERNAL;
+  }
   return MOBIEDIT_OK;
 }
 

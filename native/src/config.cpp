@@ -96,6 +96,9 @@ void Config::validate() const {
   check_real("loss_tol", loss_tol, 0.0, kInf, false, true);
   check_int("patience", patience, 0, kInt32Max);
   check_real("min_rel_improve", min_rel_improve, 0.0, 1.0, false, true);
+  if (directions != Directions::Iid && directions != Directions::Coordinates) {
+    config_fail("directions", "unknown directions", "use one of iid, coordinates");
+  }
 }
 
 const char* status_name(Status s) noexcept {
@@ -129,6 +132,10 @@ const char* schedule_name(Schedule s) noexcept {
   return s == Schedule::Constant ? "constant" : s == Schedule::Cosine ? "cosine" : "unknown";
 }
 
+const char* directions_name(Directions d) noexcept {
+  return d == Directions::Iid ? "iid" : d == Directions::Coordinates ? "coordinates" : "unknown";
+}
+
 Estimator parse_estimator(const std::string& name) {
   if (name == "paper") return Estimator::Paper;
   if (name == "fzoo") return Estimator::Fzoo;
@@ -146,6 +153,12 @@ Schedule parse_schedule(const std::string& name) {
   if (name == "constant") return Schedule::Constant;
   if (name == "cosine") return Schedule::Cosine;
   config_fail("lr_schedule", "unknown value '" + name + "'", "use one of constant, cosine");
+}
+
+Directions parse_directions(const std::string& name) {
+  if (name == "iid") return Directions::Iid;
+  if (name == "coordinates") return Directions::Coordinates;
+  config_fail("directions", "unknown value '" + name + "'", "use one of iid, coordinates");
 }
 
 }  // namespace mobiedit

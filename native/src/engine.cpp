@@ -39,6 +39,10 @@ Engine::Engine(const Config& cfg, int d) : cfg_(cfg), d_(d), K_(0) {
   acc_.assign(ud, 0.0);
   coef_.assign(un, 0.0);
   U_.assign(un * ud, 0.0f);
+  if (cfg_.directions == Directions::Coordinates) {
+    perm_.assign(ud, 0);
+    sign_.assign(ud, 0.0f);
+  }
   D_.assign(uk * ud, 0.0f);
   L_.assign(uk, 0.0f);
   reset(nullptr);

@@ -36,10 +36,15 @@ void fzoo_normalise(const double* acc, int n, double sigma, double h, std::size_
 void Engine::propose(std::int64_t step) {
   const int n = cfg_.n_dirs;
   const auto d = static_cast<std::size_t>(d_);
-  const DirectionKind kind =
-      cfg_.estimator == Estimator::Paper ? DirectionKind::Gaussian : DirectionKind::Rademacher;
-  fill_directions(kind, cfg_.seed, static_cast<std::uint32_t>(step), kStreamDirections, n, d_,
-                  U_.data());
+  if (cfg_.directions == Directions::Coordinates) {
+    fill_coordinates(cfg_.seed, static_cast<std::uint32_t>(step), kStreamDirections, n, d_,
+                     U_.data(), perm_.data(), sign_.data());
+  } else {
+    const DirectionKind kind =
+        cfg_.estimator == Estimator::Paper ? DirectionKind::Gaussian : DirectionKind::Rademacher;
+    fill_directions(kind, cfg_.seed, static_cast<std::uint32_t>(step), kStreamDirections, n, d_,
+                    U_.data());
+  }
   const float* x = x_.data();
   auto row = [&](int r) { return D_.data() + static_cast<std::size_t>(r) * d; };
   auto dir = [&](int i) { return U_.data() + static_cast<std::size_t>(i) * d; };

@@ -2,6 +2,9 @@
 #include "mobiedit/philox.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
 
 namespace mobiedit {
 namespace {
@@ -55,8 +58,52 @@ void fill_gaussian(std::uint64_t seed, std::uint32_t step, std::uint32_t row,
   }
 }
 
+void coordinate_cycle(std::uint64_t seed, std::uint64_t cycle, std::uint32_t stream, int d,
+                      std::int32_t* perm, float* sign) noexcept {
+  const PhiloxKey key = seed_to_key(seed);
+  const auto lo = static_cast<std::uint32_t>(cycle & 0xFFFFFFFFu);
+  const auto hi = static_cast<std::uint32_t>(cycle >> 32);
+  auto word = [&](int i) {  // word i of the cycle's 2d words
+    return philox4x32_10({static_cast<std::uint32_t>(i / 4), lo, hi, stream}, key)[i % 4];
+  };
+  for (int k = 0; k < d; ++k) perm[k] = k;
+  for (int k = d - 1; k > 0; --k) {
+    const auto r = static_cast<int>(
+        (static_cast<std::uint64_t>(word(k)) * static_cast<std::uint64_t>(k + 1)) >> 32);
+    std::swap(perm[k], perm[r]);
+  }
+  for (int k = 0; k < d; ++k) sign[k] = rademacher_of(word(d + k));
+}
+
+void fill_coordinates(std::uint64_t seed, std::uint32_t step, std::uint32_t stream, int n, int d,
+                      float* out, std::int32_t* perm, float* sign) noexcept {
+  if (n <= 0 || d <= 0) return;
+  const auto ud = static_cast<std::size_t>(d);
+  std::memset(out, 0, static_cast<std::size_t>(n) * ud * sizeof(float));
+  const auto scale = static_cast<float>(std::sqrt(static_cast<double>(d)));
+  std::uint64_t have = ~std::uint64_t{0};  // the cycle held in perm/sign
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t t =
+        static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(i);
+    const std::uint64_t c = t / ud;
+    const auto j = static_cast<std::size_t>(t % ud);
+    if (c != have) {
+      coordinate_cycle(seed, c, stream, d, perm, sign);
+      have = c;
+    }
+    out[static_cast<std::size_t>(i) * ud + static_cast<std::size_t>(perm[j])] = sign[j] * scale;
+  }
+}
+
 void fill_directions(DirectionKind kind, std::uint64_t seed, std::uint32_t step,
-                     std::uint32_t stream, int n, int d, float* out) noexcept {
+                     std::uint32_t stream, int n, int d, float* out) {
+  if (kind == DirectionKind::Coordinates) {
+    if (n <= 0 || d <= 0) return;
+    std::vector<std::int32_t> perm(static_cast<std::size_t>(d));
+    std::vector<float> sign(static_cast<std::size_t>(d));
+    fill_coordinates(seed, step, stream, n, d, out, perm.data(), sign.data());
+    return;
+  }
   for (int r = 0; r < n; ++r) {
     float* row = out + static_cast<std::size_t>(r) * static_cast<std::size_t>(d);
     if (kind == DirectionKind::Gaussian) {

@@ -133,6 +133,10 @@ TEST_CASE("argument and config errors return codes and name the field") {
   CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
   CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.optimizer") != std::string::npos);
   c = small_config();
+  c.directions = 2;
+  CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
+  CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.directions") != std::string::npos);
+  c = small_config();
   c.momentum = 1.5;
   CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
   CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.momentum") != std::string::npos);
@@ -180,5 +184,15 @@ TEST_CASE("rank-one, philox and directions through the C ABI") {
   CHECK(dirs[1] == 1.0f);
   CHECK(dirs[13] == -1.0f);
   CHECK(mobiedit_directions(5, 0, 0, 0, 1, 1, dirs.data()) == MOBIEDIT_ERR_INVALID_ARGUMENT);
+  // coordinate directions: seed 3, d 10 — cycle 0 is perm {2,0,9,5,8,3,1,4,6,7}, signs
+  // {-,+,+,+,-,...} (tests/test_coordinate_directions.py pins the same draw)
+  std::vector<float> cd(20);
+  REQUIRE(mobiedit_directions(MOBIEDIT_DIR_COORDINATES, 3, 1, 0, 2, 10, cd.data()) == MOBIEDIT_OK);
+  const float s10 = static_cast<float>(std::sqrt(10.0));
+  CHECK(cd[9] == s10);       // step 1 row 0 = slot 2: +e_9
+  CHECK(cd[10 + 5] == s10);  // step 1 row 1 = slot 3: +e_5
+  int nonzero = 0;
+  for (float x : cd) nonzero += x != 0.0f;
+  CHECK(nonzero == 2);
   CHECK(mobiedit_abi_version() == MOBIEDIT_ABI_VERSION);
 }

@@ -19,6 +19,9 @@ namespace mobiedit {
 enum class Estimator { Paper = 0, Fzoo = 1, Antithetic = 2 };
 enum class Optimizer { Sgd = 0, Adam = 1 };
 enum class Schedule { Constant = 0, Cosine = 1 };
+// How directions are drawn: the estimator's own i.i.d. kind (Gaussian for paper, Rademacher
+// otherwise) or signed coordinate vectors, a fresh permutation per cycle of d (philox.hpp).
+enum class Directions { Iid = 0, Coordinates = 1 };
 enum class Status {
   Running = 0,
   SuccessLoss = 1,
@@ -76,6 +79,7 @@ struct Config {
   std::int64_t patience = 0;    // 0 disables PLATEAU
   double min_rel_improve = 0.0;
   std::uint64_t seed = 0;
+  Directions directions = Directions::Iid;
 
   // Rows per forward batch K: paper 3n, fzoo n+1, antithetic 2n.
   int rows() const noexcept;
@@ -92,10 +96,12 @@ const char* status_name(Status s) noexcept;
 const char* estimator_name(Estimator e) noexcept;
 const char* optimizer_name(Optimizer o) noexcept;
 const char* schedule_name(Schedule s) noexcept;
+const char* directions_name(Directions d) noexcept;
 // Parse names as used by mobiedit.zo ("paper", "sgd", "cosine", ...); throw Error(Config).
 Estimator parse_estimator(const std::string& name);
 Optimizer parse_optimizer(const std::string& name);
 Schedule parse_schedule(const std::string& name);
+Directions parse_directions(const std::string& name);
 
 // One run of the value search. Invariants: status() == Running until a stop rule fires; x()
 // always holds finite values (a non-finite update is discarded and ends the run NonFinite).
@@ -136,7 +142,8 @@ class Engine {
   Config cfg_;
   int d_;
   int K_;
-  std::vector<float> x_, x_new_, g_, U_, D_, L_, m_, v_;
+  std::vector<float> x_, x_new_, g_, U_, D_, L_, m_, v_, sign_;
+  std::vector<std::int32_t> perm_;  // coordinate directions' scratch (d each)
   std::vector<double> acc_, coef_, history_;
   std::int64_t step_idx_ = 0, steps_ = 0, evals_ = 0, checks_ = 0, since_best_ = 0;
   double best_ = 0.0;

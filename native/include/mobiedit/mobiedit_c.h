@@ -62,8 +62,15 @@ typedef enum mobiedit_schedule {
 
 typedef enum mobiedit_direction_kind {
   MOBIEDIT_DIR_RADEMACHER = 0,
-  MOBIEDIT_DIR_GAUSSIAN = 1
+  MOBIEDIT_DIR_GAUSSIAN = 1,
+  MOBIEDIT_DIR_COORDINATES = 2
 } mobiedit_direction_kind;
+
+/* mobiedit_config_t.directions: the estimator's own i.i.d. kind, or coordinate directions. */
+typedef enum mobiedit_config_directions {
+  MOBIEDIT_DIRECTIONS_IID = 0,
+  MOBIEDIT_DIRECTIONS_COORDINATES = 1
+} mobiedit_config_directions;
 
 /* Fill with mobiedit_config_default(); struct_size guards against ABI mismatch. */
 typedef struct mobiedit_config_t {
@@ -87,6 +94,7 @@ typedef struct mobiedit_config_t {
   int64_t check_every;
   int64_t patience;       /* 0 disables */
   uint64_t seed;
+  int32_t directions;     /* mobiedit_config_directions */
 } mobiedit_config_t;
 
 typedef struct mobiedit_result_t {

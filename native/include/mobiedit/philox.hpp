@@ -3,6 +3,10 @@
 // Contract: pure functions of their arguments (no hidden state); the words are bit-identical to
 // mobiedit/zo/rng.py. Element j of direction `row` at loop `step` uses counter
 // (j / 4, row, step, stream) under key (seed & 0xFFFFFFFF, seed >> 32) and output word j % 4.
+// Coordinate directions (DirectionKind::Coordinates) follow rng.py's module docstring: slot
+// t = step * n + row of cycles of d slots; cycle c's permutation and signs come from the 2d words
+// of counters (b, c & 0xFFFFFFFF, c >> 32, stream) — Fisher–Yates from the last slot down, slot k
+// swapping with (w_k * (k + 1)) >> 32, sign +1 where word d + k's top bit is 0.
 #pragma once
 
 #include <array>
@@ -42,7 +46,7 @@ inline PhiloxKey seed_to_key(std::uint64_t seed) noexcept {
                    static_cast<std::uint32_t>(seed >> 32)};
 }
 
-enum class DirectionKind { Rademacher = 0, Gaussian = 1 };
+enum class DirectionKind { Rademacher = 0, Gaussian = 1, Coordinates = 2 };
 
 // Write d Rademacher signs (+1 if the word's top bit is 0, else -1) of direction `row`.
 void fill_rademacher(std::uint64_t seed, std::uint32_t step, std::uint32_t row,
@@ -52,8 +56,18 @@ void fill_rademacher(std::uint64_t seed, std::uint32_t step, std::uint32_t row,
 void fill_gaussian(std::uint64_t seed, std::uint32_t step, std::uint32_t row,
                    std::uint32_t stream, int d, float* out) noexcept;
 
-// Write n directions [n, d] (row-major) of the given kind.
+// Write cycle `cycle`'s permutation perm[d] and signs sign[d] of the coordinate directions.
+void coordinate_cycle(std::uint64_t seed, std::uint64_t cycle, std::uint32_t stream, int d,
+                      std::int32_t* perm, float* sign) noexcept;
+
+// Write n coordinate directions [n, d] of `step` (one nonzero per row, +-float(sqrt(d))); perm
+// and sign are scratch buffers of d elements each.
+void fill_coordinates(std::uint64_t seed, std::uint32_t step, std::uint32_t stream, int n, int d,
+                      float* out, std::int32_t* perm, float* sign) noexcept;
+
+// Write n directions [n, d] (row-major) of the given kind (Coordinates allocates its scratch:
+// may throw std::bad_alloc).
 void fill_directions(DirectionKind kind, std::uint64_t seed, std::uint32_t step,
-                     std::uint32_t stream, int n, int d, float* out) noexcept;
+                     std::uint32_t stream, int n, int d, float* out);
 
 }  // namespace mobiedit

@@ -9,8 +9,8 @@
 //
 // Config marshalling (must match NativeEngine.Config.toArrays()):
 //   reals[10] = h, lr, lr_min, momentum, beta1, beta2, adam_eps, max_norm, loss_tol, min_rel_improve
-//   ints[9]   = estimator, n_dirs, optimizer, lr_schedule, max_steps, max_evals, check_every,
-//               patience, seed (uint64 bits)
+//   ints[10]  = estimator, n_dirs, optimizer, lr_schedule, max_steps, max_evals, check_every,
+//               patience, seed (uint64 bits), directions
 #include <jni.h>
 
 #include <cstdint>
@@ -23,7 +23,7 @@
 namespace {
 
 constexpr int kReals = 10;
-constexpr int kInts = 9;
+constexpr int kInts = 10;
 constexpr const char* kExceptionClass = "dev/mobiedit/demo/jni/NativeEngineException";
 
 // Throw NativeEngineException(code, message, cause) (cause may be null).
@@ -71,7 +71,7 @@ bool read_config(JNIEnv* env, jdoubleArray reals, jlongArray ints, mobiedit_conf
   if (reals == nullptr || ints == nullptr || env->GetArrayLength(reals) != kReals ||
       env->GetArrayLength(ints) != kInts) {
     throw_engine(env, MOBIEDIT_ERR_INVALID_ARGUMENT,
-                 "config arrays: must be double[10] and long[9] — fix: use NativeEngine.Config");
+                 "config arrays: must be double[10] and long[10] — fix: use NativeEngine.Config");
     return false;
   }
   jdouble r[kReals];
@@ -98,6 +98,7 @@ bool read_config(JNIEnv* env, jdoubleArray reals, jlongArray ints, mobiedit_conf
   cfg->check_every = n[6];
   cfg->patience = n[7];
   cfg->seed = static_cast<uint64_t>(n[8]);
+  cfg->directions = static_cast<int32_t>(n[9]);
   return true;
 }
 
@@ -195,7 +196,7 @@ JNI_FN(nativeAbiVersion)(JNIEnv*, jclass) -> jint { return mobiedit_abi_version(
 JNI_FN(nativeConfigDefault)(JNIEnv* env, jclass, jdoubleArray reals, jlongArray ints) -> void {
   if (reals == nullptr || ints == nullptr || env->GetArrayLength(reals) != kReals ||
       env->GetArrayLength(ints) != kInts) {
-    throw_engine(env, MOBIEDIT_ERR_INVALID_ARGUMENT, "config arrays: must be double[10], long[9]");
+    throw_engine(env, MOBIEDIT_ERR_INVALID_ARGUMENT, "config arrays: must be double[10], long[10]");
     return;
   }
   mobiedit_config_t c;
@@ -204,7 +205,8 @@ JNI_FN(nativeConfigDefault)(JNIEnv* env, jclass, jdoubleArray reals, jlongArray 
                              c.beta2,    c.adam_eps, c.max_norm, c.loss_tol, c.min_rel_improve};
   const jlong n[kInts] = {c.estimator,   c.n_dirs,   c.optimizer,
                           c.lr_schedule, c.max_steps, c.max_evals,
-                          c.check_every, c.patience, static_cast<jlong>(c.seed)};
+                          c.check_every, c.patience, static_cast<jlong>(c.seed),
+                          c.directions};
   env->SetDoubleArrayRegion(reals, 0, kReals, r);
   env->SetLongArrayRegion(ints, 0, kInts, n);
 }

@@ -1,6 +1,7 @@
 package dev.mobiedit.demo.app;
 
 import dev.mobiedit.demo.core.EditRequest;
+import dev.mobiedit.demo.core.Recipe;
 import dev.mobiedit.demo.jni.EngineConfig;
 import dev.mobiedit.demo.jni.EngineStatus;
 import java.util.ArrayList;
@@ -170,6 +171,7 @@ public final class EditOutcome {
         zo.put("max_evals", config.maxEvals);
         zo.put("check_every", config.checkEvery);
         zo.put("seed", config.seed);
+        zo.put("directions", Recipe.DIRECTIONS[config.directions]);
         Map<String, Object> c = new LinkedHashMap<String, Object>();
         c.put("zo", zo);  // nested as mobiedit.export.ops writes it (one journal schema for both hosts)
         c.put("success_fraction", success.fraction);

@@ -26,6 +26,11 @@ public final class Recipe {
     public static final String[] ESTIMATORS = {"paper", "fzoo", "antithetic"};
     public static final String[] OPTIMIZERS = {"sgd", "adam"};
     public static final String[] SCHEDULES = {"constant", "cosine"};
+    /**
+     * {@code zo.directions}: the estimator's own i.i.d. kind, or coordinate directions
+     * (mobiedit/zo/rng.py); optional in the manifest, absent = {@code "iid"}.
+     */
+    public static final String[] DIRECTIONS = {"iid", "coordinates"};
     /** The shipped success rule, used only for manifests without a recipe. */
     public static final double FALLBACK_SUCCESS_FRACTION = 0.75;
     public static final double FALLBACK_SUCCESS_NLL = 0.5;
@@ -68,6 +73,8 @@ public final class Recipe {
     public final long patience;
     public final double minRelImprove;
     public final long seed;
+    /** How directions are drawn ({@code zo.directions}, one of {@link #DIRECTIONS}). */
+    public final String directions;
     /** Minimum share of fully correct rewrite rows ({@code success.fraction}). */
     public final double successFraction;
     /** Maximum loss minus its decay term ({@code success.nll}). */
@@ -92,7 +99,8 @@ public final class Recipe {
             String lrSchedule, double momentum, double beta1, double beta2, double adamEps,
             long maxSteps, long maxEvals, long checkEvery, double lossTol, long patience,
             double minRelImprove, long seed, double successFraction, double successNll,
-            boolean fromManifest, List<Double> ladder, long ladderFromEdits, String stopOn) {
+            boolean fromManifest, List<Double> ladder, long ladderFromEdits, String stopOn,
+            String directions) {
         this.estimator = estimator;
         this.nDirs = nDirs;
         this.h = h;
@@ -117,6 +125,7 @@ public final class Recipe {
         this.ladder = Collections.unmodifiableList(new ArrayList<Double>(ladder));
         this.ladderFromEdits = ladderFromEdits;
         this.stopOn = stopOn;
+        this.directions = directions;
     }
 
     /**
@@ -131,7 +140,8 @@ public final class Recipe {
     public static Recipe shippedFallback(int editK) {
         return new Recipe("fzoo", Math.max(1, editK - 1), 0.05, "adam", 0.5, 0.0, "constant", 0.0,
             0.9, 0.999, 1e-8, 150, 3000, 1, 0.0, 0, 0.0, 0, FALLBACK_SUCCESS_FRACTION,
-            FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS, STOP_WRITTEN);
+            FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS, STOP_WRITTEN,
+            "iid");
     }
 
     /** Rows per step K of {@code estimator} with {@code nDirs} directions. */
@@ -161,7 +171,8 @@ public final class Recipe {
     public String toString() {
         return (fromManifest ? "manifest" : "shipped fallback") + " recipe: " + estimator + " n_dirs="
             + nDirs + " h=" + h + " " + optimizer + " lr=" + lr + " max_steps=" + maxSteps
-            + " max_evals=" + maxEvals + " seed=" + seed + ", success_fraction=" + successFraction
+            + " max_evals=" + maxEvals + " seed=" + seed + " directions=" + directions
+            + ", success_fraction=" + successFraction
             + ", success_nll=" + successNll + ", stop_on=" + stopOn + ", ladder=" + ladder + " from "
             + ladderFromEdits + " edits";
     }

@@ -24,6 +24,8 @@ final class RecipeReader {
     static final List<String> ZO_FIELDS = Arrays.asList("estimator", "n_dirs", "h", "optimizer",
         "lr", "lr_min", "lr_schedule", "momentum", "beta1", "beta2", "adam_eps", "max_steps",
         "max_evals", "check_every", "loss_tol", "patience", "min_rel_improve", "seed");
+    /** Optional in {@code recipe.zo} (absent in bundles exported before it was written: iid). */
+    static final List<String> ZO_OPTIONAL = Arrays.asList("directions");
     static final List<String> SUCCESS_FIELDS = Arrays.asList("fraction", "nll");
     /** Optional in {@code recipe.success} (absent in bundles exported before it was written). */
     static final List<String> SUCCESS_OPTIONAL = Arrays.asList("stop_on");
@@ -44,7 +46,7 @@ final class RecipeReader {
         }
         Map<String, Object> r = section(o.get("recipe"), "recipe", Arrays.asList("zo", "success"),
             Arrays.asList("ladder"));
-        Map<String, Object> z = section(r.get("zo"), "recipe.zo", ZO_FIELDS);
+        Map<String, Object> z = section(r.get("zo"), "recipe.zo", ZO_FIELDS, ZO_OPTIONAL);
         String estimator = choice(z, "estimator", Recipe.ESTIMATORS);
         long nDirs = integer(z, "n_dirs", 1, 1 << 20);
         double h = real(z, "h", 0, true, Double.POSITIVE_INFINITY, true);
@@ -64,6 +66,8 @@ final class RecipeReader {
         long patience = integer(z, "patience", 0, INT32_MAX);
         double minRel = real(z, "min_rel_improve", 0, false, 1, true);
         long seed = integer(z, "seed", 0, Long.MAX_VALUE);
+        String directions = z.containsKey("directions") ? choice(z, "directions", Recipe.DIRECTIONS)
+            : Recipe.DIRECTIONS[0];
         if (rows * dims.dOut > ManifestReader.MAX_ELEMENTS) {
             throw err("recipe.zo.n_dirs", "implies a buffer of " + rows + " x " + dims.dOut
                 + " elements (limit " + ManifestReader.MAX_ELEMENTS + ")", "use fewer directions");
@@ -82,7 +86,7 @@ final class RecipeReader {
         }
         return new Recipe(estimator, (int) nDirs, h, optimizer, lr, lrMin, schedule, momentum,
             beta1, beta2, adamEps, maxSteps, maxEvals, checkEvery, lossTol, patience, minRel, seed,
-            fraction, nll, true, ladder, fromEdits, stopOn);
+            fraction, nll, true, ladder, fromEdits, stopOn, directions);
     }
 
     /**

@@ -17,6 +17,8 @@ public final class EngineConfig {
     public static final int OPT_ADAM = 1;
     public static final int LR_CONSTANT = 0;
     public static final int LR_COSINE = 1;
+    public static final int DIRECTIONS_IID = 0;
+    public static final int DIRECTIONS_COORDINATES = 1;
 
     public int estimator;
     public int nDirs;
@@ -37,12 +39,13 @@ public final class EngineConfig {
     public long checkEvery;
     public long patience;
     public long seed;
+    public int directions;
 
     /** The engine's defaults (equal to mobiedit.zo.ZOConfig's); needs the native library. */
     public static EngineConfig defaults() {
         NativeLibrary.ensureLoaded();
         double[] reals = new double[10];
-        long[] ints = new long[9];
+        long[] ints = new long[10];
         NativeEngine.nativeConfigDefault(reals, ints);
         EngineConfig c = new EngineConfig();
         c.h = reals[0];
@@ -64,6 +67,7 @@ public final class EngineConfig {
         c.checkEvery = ints[6];
         c.patience = ints[7];
         c.seed = ints[8];
+        c.directions = (int) ints[9];
         return c;
     }
 
@@ -93,6 +97,7 @@ public final class EngineConfig {
         c.patience = recipe.patience;
         c.minRelImprove = recipe.minRelImprove;
         c.seed = recipe.seed;
+        c.directions = Recipe.code(Recipe.DIRECTIONS, recipe.directions);
         return c;
     }
 
@@ -111,6 +116,6 @@ public final class EngineConfig {
 
     long[] ints() {
         return new long[] {estimator, nDirs, optimizer, lrSchedule, maxSteps, maxEvals, checkEvery,
-            patience, seed};
+            patience, seed, directions};
     }
 }

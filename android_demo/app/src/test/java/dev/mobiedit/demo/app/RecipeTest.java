@@ -72,6 +72,7 @@ class RecipeTest {
             {want.beta2, got.beta2}, {want.adamEps, got.adamEps}, {want.maxSteps, got.maxSteps},
             {want.maxEvals, got.maxEvals}, {want.checkEvery, got.checkEvery}, {want.lossTol, got.lossTol},
             {want.patience, got.patience}, {want.minRelImprove, got.minRelImprove}, {want.seed, got.seed},
+            {want.directions, got.directions},
             {want.successFraction, got.successFraction}, {want.successNll, got.successNll},
             {want.ladder, got.ladder}, {want.ladderFromEdits, got.ladderFromEdits}};
         for (int i = 0; i < pairs.length; i++) {
@@ -119,6 +120,22 @@ class RecipeTest {
         assertEquals(9L, zo.get("seed"));
         assertEquals(0.5, cfg.get("success_fraction"));
         s.close();
+    }
+
+    @Test
+    void theRecipesDirectionsReachTheEngineAndTheJournal() {
+        Map<String, Object> map = Fixtures.manifestMap();
+        zo(map).put("directions", "coordinates");
+        Manifest m = parse(map);
+        assertEquals("coordinates", m.recipe.directions);
+        EngineConfig c = EditRunner.forBundle(m, m.dOut());
+        assertEquals(EngineConfig.DIRECTIONS_COORDINATES, c.directions);
+        zo(map).remove("directions");  // exported before session 24: i.i.d.
+        Manifest old = parse(map);
+        assertEquals("iid", old.recipe.directions);
+        assertEquals(EngineConfig.DIRECTIONS_IID, EditRunner.forBundle(old, old.dOut()).directions);
+        zo(map).put("directions", "sobol");
+        refusedAt(map, "recipe.zo.directions");
     }
 
     @Test

@@ -93,6 +93,37 @@ class NativeEngineTest {
     }
 
     @Test
+    void coordinateDirectionsPerturbOneCoordinatePerRowAndConverge() {
+        try (NativeEngine e = new NativeEngine()) {
+            EngineConfig c = fzoo();
+            c.directions = EngineConfig.DIRECTIONS_COORDINATES;
+            c.lossTol = 0.05;
+            e.configure(c, D);
+            final int[] bad = {0};
+            Quadratic q = new Quadratic();
+            NativeEngine.Forward f = (deltas, rows, d, out) -> {
+                for (int r = 1; r < rows; r++) {  // FZOO: row 0 = x, rows 1.. = x + h u_r
+                    int changed = 0;
+                    for (int i = 0; i < d; i++) {
+                        changed += deltas[r * d + i] != deltas[i] ? 1 : 0;
+                    }
+                    bad[0] += changed == 1 ? 0 : 1;
+                }
+                q.forward(deltas, rows, d, out);
+            };
+            EngineStatus s = e.run(null, f, null);
+            assertEquals(0, bad[0], "rows perturbing other than one coordinate");
+            assertEquals(EngineStatus.SUCCESS_LOSS, s, "history " + java.util.Arrays.toString(e.history()));
+        }
+        EngineConfig bad = fzoo();
+        bad.directions = 7;
+        try (NativeEngine e = new NativeEngine()) {
+            NativeEngineException ex = assertThrows(NativeEngineException.class, () -> e.configure(bad, D));
+            assertTrue(ex.getMessage().contains("ZOConfig.directions"), ex.getMessage());
+        }
+    }
+
+    @Test
     void quadraticConvergesToLossTolerance() {
         try (NativeEngine e = new NativeEngine()) {
             EngineConfig c = fzoo();
