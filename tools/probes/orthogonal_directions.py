@@ -20,7 +20,10 @@ with the remaining arguments::
         --requests mobiedit/data/known/smollm2-135m.json --n 4 --row rome=rome-lean \\
         --row 'csgd05=fzoo-stopw:backend="python";zo.optimizer="sgd";zo.lr=0.5' --out runs/coord_smol2.json
 
-A probe script (it patches the direction generator), not a product path.
+A probe script (it patches the direction generator), not a product path. The product's form of
+the ``coordinates`` kind is ``ZOConfig.directions = "coordinates"`` (session 24; a Philox draw both
+backends share, docs/zo_spec.md §1), which replaces this patch for new measurements; this script
+stays to reproduce the session-23 figures.
 """
 import functools
 import sys
