@@ -135,7 +135,7 @@ def coordinate_cycle(seed: int, cycle: int, d: int,
                      stream: int = STREAM_DIRECTIONS) -> tuple[np.ndarray, np.ndarray]:
     """Return cycle ``cycle``'s permutation (int64 ``[d]``) and signs (float32 ``[d]``) — the
     module docstring's draw. Read-only arrays (cached)."""
-    if d < 1 or cycle < 0 or cycle >= 2**64 or stream < 0:
+    if d < 1 or cycle < 0 or stream < 0:
         raise ConfigError(f"bad cycle arguments (d={d}, cycle={cycle}, stream={stream})",
                           where="coordinate_cycle", fix="pass d >= 1 and a non-negative cycle")
     blocks = (2 * d + 3) // 4

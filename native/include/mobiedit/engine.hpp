@@ -1,8 +1,8 @@
 // MobiEdit native ZO engine: C++17 API (spec docs/zo_spec.md §2–§5).
 //
 // The engine runs the forward-only value search of spec §4 and computes the same numbers as the
-// Python reference mobiedit/zo (bit-identical for Rademacher estimators; Gaussians within libm
-// rounding). It depends on the C++ standard library only and holds no global state: every run's
+// Python reference mobiedit/zo (bit-identical for Rademacher and coordinate directions; Gaussians
+// within libm rounding). It depends on the C++ standard library only and holds no global state: every run's
 // state lives in one Engine object, which is not thread-safe (one thread at a time).
 #pragma once
 
