@@ -63,23 +63,22 @@ class MemoryEstimator(FzooEstimator):
     def estimate(self, x, step, D, L):
         u = self.directions(step)
         ls = [float(v) for v in L]
-        for i in range(self.n):
-            p = int(np.flatnonzero(u[i])[0])
+        coords = [int(np.flatnonzero(u[i])[0]) for i in range(self.n)]  # one nonzero per row
+        for i, p in enumerate(coords):
             self.table[p] = (ls[i + 1] - ls[0]) / (self.h * float(u[i, p]))
             self.seen[p] = True
         norm = float(np.linalg.norm(self.table))
         if not norm > 0.0:
             return np.zeros(self.d, dtype=np.float32), ls[0]
-        frac = float(self.seen.sum()) / self.d
+        seen = float(self.seen.sum())
         if BLOCK:
-            whole = math.sqrt(self.d / float(self.seen.sum())) * norm  # the gradient's norm, estimated
             block = np.zeros(self.d, dtype=np.float64)
-            for i in range(self.n):
-                p = int(np.flatnonzero(u[i])[0])
-                block[p] = self.table[p]
+            block[coords] = self.table[coords]
+            whole = math.sqrt(self.d / seen) * norm  # the gradient's norm, estimated
             return (block * (math.sqrt(self.d) / whole)).astype(np.float32), ls[0]
-        if WARM and frac < 1.0:
+        if WARM and seen < self.d:
             return np.zeros(self.d, dtype=np.float32), ls[0]
+        frac = seen / self.d  # the recorded figures were made with this order of operations
         return (self.table * (math.sqrt(self.d * frac) / norm)).astype(np.float32), ls[0]
 
 
