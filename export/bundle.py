@@ -128,7 +128,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     if fit_requests:
         cfg = fit_edit_shapes(prep, cfg, fit_requests)
     # the edit recipe hosts use (export/recipe.py), with the model profile's success rule; checked up front
-    recipe = with_success(shipped_recipe(cfg.edit_shapes.K), success_settings(model_dir))
+    recipe = with_success(shipped_recipe(cfg.edit_shapes.K, cfg.edit.recipe), success_settings(model_dir))
     stage("quantize")
     modules = build_modules(prep, program_models(prep, cfg), cfg)
     edit_q = cfg.quant.resolved_edit_scheme != "fp32"

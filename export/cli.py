@@ -38,6 +38,9 @@ def register(subparsers) -> None:
     sp.add_argument("--no-mom2", action="store_true", help="ship C^-1 = I (no key statistics)")
     sp.add_argument("--no-lint", action="store_true", help="skip the NPU graph lint")
     sp.add_argument("--seed", type=int, help="edit.seed: context templates' sampling seed (default 0)")
+    sp.add_argument("--recipe", help="edit.recipe: the search the bundle's hosts run — fzoo (default, the "
+                                     "shipped one) | fzoo-grad (coordinate directions, steps sized by the "
+                                     "whole gradient; docs/zo_spec.md §2)")
     sp.set_defaults(fn=cmd_export)
 
     sp = subparsers.add_parser("run", help="generate from a bundle alone (active journal edits applied)")
@@ -110,6 +113,7 @@ def config_from_args(args: argparse.Namespace, model_dir=None):
     put("lower", "lint", False if args.no_lint else None)
     put("edit", "layer", args.layer)
     put("edit", "seed", args.seed)
+    put("edit", "recipe", getattr(args, "recipe", None))
     put("edit", "mom2", False if args.no_mom2 else None)
     return merge(with_profile(default_export_config(args.runtime), model_dir, "edit"), over)
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from mobiedit.errors import ConfigError
 from mobiedit.editing.config import ContextConfig, ObjectiveConfig
+from mobiedit.recipes import BUNDLE_RECIPES
 
 RUNTIMES = ("executorch", "onnxruntime")
 #: quantization scheme -> runtimes that can lower it
@@ -165,6 +166,8 @@ class EditSetup:
     layer: edit layer (None: the model profile ``mobiedit.json`` or an error). mom2: ship C⁻¹ of the
     layer's keys (False: identity, ROME's mom2_adjustment=False). ridge: relative ridge of C.
     stats_limit: use at most this many texts of the statistics corpus (0 = all).
+    recipe: the search the bundle's hosts run, a name of :data:`mobiedit.recipes.BUNDLE_RECIPES`
+    (``fzoo``, the shipped one; ``fzoo-grad``: coordinate directions sized by the whole gradient).
     """
 
     layer: int | None = None
@@ -174,12 +177,16 @@ class EditSetup:
     mom2: bool = True
     ridge: float = 1e-4
     stats_limit: int = 0
+    recipe: str = "fzoo"
 
     def __post_init__(self) -> None:
         if self.layer is not None:
             _int("edit", "layer", self.layer, 0)
         _int("edit", "stats_limit", self.stats_limit, 0)
         _int("edit", "seed", self.seed, 0, 2**63 - 1)
+        if self.recipe not in BUNDLE_RECIPES:
+            raise ConfigError(f"unknown recipe {str(self.recipe)[:40]!r}", where="ExportConfig.edit.recipe",
+                              fix=f"use one of {', '.join(BUNDLE_RECIPES)}")
         if not (isinstance(self.ridge, (int, float)) and 0 <= self.ridge < 1):
             raise ConfigError(f"must be in [0, 1), got {self.ridge!r}", where="ExportConfig.edit.ridge",
                               fix="use ROME's 1e-4")

@@ -3,7 +3,8 @@
 One definition: the shipped recipe, :data:`mobiedit.recipes.FZOO` (also the default of
 :class:`mobiedit.methods.mobiedit.MobiEditConfig`: its ``zo``, ``success_fraction`` and
 ``success_nll``), with ``n_dirs`` fitted to the edit programs' static K (FZOO: K − 1 directions,
-one program call per step). The exporter writes it
+one program call per step); ``mobiedit export --recipe fzoo-grad`` ships
+:data:`mobiedit.recipes.FZOO_GRADIENT` instead (:data:`mobiedit.recipes.BUNDLE_RECIPES`). The exporter writes it
 into the manifest (:func:`shipped_recipe` → :meth:`Recipe.as_manifest`); every host edits with
 the manifest's recipe (:func:`recipe_of`): ``mobiedit edit --bundle``, :mod:`.quality`, the app.
 
@@ -45,13 +46,13 @@ from dataclasses import dataclass
 from mobiedit.editing.config import check_ladder
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
-from mobiedit.recipes import FZOO, check_fraction, check_nll, check_stop_on
+from mobiedit.recipes import BUNDLE_RECIPES, check_fraction, check_nll, check_stop_on
 from mobiedit.zo import ZOConfig
 
 log = logging.getLogger(__name__)
 
 #: ZOConfig fields a recipe must carry, in ZOConfig's order (max_norm comes from the objective)
-ZO_OPTIONAL = ("directions",)  # written by this exporter; absent in older bundles (then "iid")
+ZO_OPTIONAL = ("directions", "normalise")  # written by this exporter; absent in older bundles (then "iid", "spread")
 ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig)
                   if f.name != "max_norm" and f.name not in ZO_OPTIONAL)
 _KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
@@ -91,12 +92,17 @@ class Recipe:
                 "ladder": {"fractions": list(self.ladder), "from_edits": self.ladder_from_edits}}
 
 
-def shipped_recipe(K: int) -> Recipe:
-    """MobiEdit's shipped recipe for edit programs of static batch ``K`` (``shapes.edit_K``):
-    :data:`mobiedit.recipes.FZOO`'s search with ``n_dirs = max(1, K − 1)``, and its success rule,
-    stopped where the written edit holds (``stop_on`` ``"written"``)."""
-    zo = dataclasses.replace(FZOO.zo, n_dirs=max(1, K - 1) if FZOO.zo.estimator == "fzoo" else FZOO.zo.n_dirs)
-    return Recipe(zo, FZOO.success.fraction, FZOO.success.nll, stop_on=FZOO.success.stop_on)
+def shipped_recipe(K: int, name: str = "fzoo") -> Recipe:
+    """The recipe ``name`` (:data:`mobiedit.recipes.BUNDLE_RECIPES`; default the shipped
+    :data:`mobiedit.recipes.FZOO`) for edit programs of static batch ``K`` (``shapes.edit_K``): its
+    search with ``n_dirs = max(1, K − 1)`` (FZOO's rows: one program call per step), and its success
+    rule, stopped where the written edit holds (``stop_on`` ``"written"``)."""
+    if name not in BUNDLE_RECIPES:
+        raise ConfigError(f"unknown recipe {str(name)[:40]!r}", where="recipe",
+                          fix=f"use one of {', '.join(BUNDLE_RECIPES)}")
+    base = BUNDLE_RECIPES[name]
+    zo = dataclasses.replace(base.zo, n_dirs=max(1, K - 1) if base.zo.estimator == "fzoo" else base.zo.n_dirs)
+    return Recipe(zo, base.success.fraction, base.success.nll, stop_on=base.success.stop_on)
 
 
 def with_success(recipe: Recipe, success: dict) -> Recipe:

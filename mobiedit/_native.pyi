@@ -22,6 +22,7 @@ class Config:
     optimizer: str  # "sgd" | "adam"
     lr_schedule: str  # "constant" | "cosine"
     directions: str  # "iid" | "coordinates"
+    normalise: str  # "spread" | "gradient" (fzoo on coordinates only)
     n_dirs: int
     h: float
     lr: float

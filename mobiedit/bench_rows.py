@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .recipes import ANTITHETIC, FZOO, PAPER
+from .recipes import ANTITHETIC, FZOO, FZOO_GRADIENT, PAPER
 
 # the named recipes' searches (mobiedit.recipes: the only place their numbers are written), as
 # override mappings (every field, so a row does not depend on MobiEditConfig's default zo)
 _FZOO = dataclasses.asdict(FZOO.zo)
 _PAPER = dataclasses.asdict(PAPER.zo)
 _ANTI = dataclasses.asdict(ANTITHETIC.zo)
+_FZOO_GRAD = dataclasses.asdict(FZOO_GRADIENT.zo)
 _W8A16 = {"scheme": "w8a16"}
 
 # name -> (method, config overrides). Each forward-only estimator comes with its three ablations
@@ -42,6 +43,9 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     # search's own rule alone (the shipped rule before: fzoo's logs of sessions 15–16)
     "fzoo-stopw": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "stop_on": "written"}),
     "fzoo-loop": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "stop_on": "loop"}),
+    # coordinate directions, steps sized by the whole gradient (recipes.FZOO_GRADIENT, issue 18)
+    "fzoo-grad": ("mobiedit", {"zo": _FZOO_GRAD, "quant": _W8A16, "stop_on": "written",
+                               "success_nll": FZOO_GRADIENT.success.nll}),
     # the keys read from the quantized forward copy the search ran on, not the served float model
     "fzoo-searchkeys": ("mobiedit", {"zo": _FZOO, "quant": _W8A16, "update": {"key_source": "search"}}),
     "paper": ("mobiedit", {"zo": _PAPER, "quant": _W8A16, "early_stop": False}),

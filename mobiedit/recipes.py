@@ -19,7 +19,7 @@ from mobiedit.config_io import check_fraction, check_nll
 from mobiedit.errors import ConfigError
 from mobiedit.zo.config import ZOConfig
 
-__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "PAPER", "ANTITHETIC", "STOP_ON", "check_fraction", "check_nll",
+__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "FZOO_GRADIENT", "PAPER", "ANTITHETIC", "BUNDLE_RECIPES", "STOP_ON", "check_fraction", "check_nll",
            "check_stop_on"]
 
 #: what stops a value search: ``"loop"`` — the success rule on the search's own graph at the
@@ -85,5 +85,17 @@ FZOO = EditRecipe(ZOConfig(estimator="fzoo", n_dirs=16, h=0.05, optimizer="adam"
 PAPER = EditRecipe(ZOConfig(estimator="paper", n_dirs=5, h=1e-3, optimizer="sgd", lr=5e-2, lr_schedule="cosine",
                             max_steps=1200, max_evals=18000, check_every=1, loss_tol=1e-5))
 
+#: FZOO's rows on coordinate directions, each step sized by the whole gradient (ZOConfig.normalise
+#: "gradient", issue 18), plain SGD at lr 4 (a cycle of 576 / 16 steps moves about lr·√d along the
+#: normalised gradient), stopped at ROME's margin (objective within 0.1 of its floor); the lr and the
+#: margin are the probe's first guesses (docs/results.md), not tuned
+FZOO_GRADIENT = EditRecipe(dataclasses.replace(FZOO.zo, directions="coordinates", normalise="gradient",
+                                               optimizer="sgd", momentum=0.0, lr=4.0),
+                           SuccessCriterion(nll=0.1))
+
 #: FZOO's search with antithetic pairs (8 directions, K = 16)
 ANTITHETIC = EditRecipe(dataclasses.replace(FZOO.zo, estimator="antithetic", n_dirs=8))
+
+#: the recipes a bundle can ship (``mobiedit export --recipe NAME``; the app runs FZOO's rows only:
+#: one edit-program call of K = n_dirs + 1 rows per step)
+BUNDLE_RECIPES: dict[str, EditRecipe] = {"fzoo": FZOO, "fzoo-grad": FZOO_GRADIENT}

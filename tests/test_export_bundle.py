@@ -268,6 +268,24 @@ def test_the_manifest_recipe_is_what_bundle_edits_use(bundles, tmp_path, capsys)
     assert f"clamp={second.config['clamp_norm_factor']:g} (rung {second.config['ladder_tries']})" in capsys.readouterr().out
 
 
+def test_a_bundle_edits_with_the_whole_gradient_recipe(bundles, tmp_path):
+    """A manifest carrying recipes.FZOO_GRADIENT (`export --recipe fzoo-grad`): the bundle's search
+    runs coordinate directions sized by the whole gradient, and the journal records it."""
+    from mobiedit.export.recipe import shipped_recipe
+
+    path = _copy(bundles["et"], tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    K = manifest["shapes"]["edit_K"]
+    manifest["recipe"] = shipped_recipe(K, "fzoo-grad").as_manifest()
+    manifest["recipe"]["zo"].update(max_steps=3)
+    (path / "manifest.json").write_text(json.dumps(manifest))  # not a checksummed file
+    [res] = edit_bundle(path, [REQUEST], force=True)
+    assert 1 <= len(res.losses) <= 3 and res.loss_evals == len(res.losses) * K
+    [entry] = Journal.open(path / "journal").entries()
+    zo = entry.config["zo"]
+    assert (zo["directions"], zo["normalise"], zo["optimizer"], zo["n_dirs"]) == ("coordinates", "gradient", "sgd", K - 1)
+
+
 def test_a_bundle_edit_climbs_a_given_ladder_warm(bundles, tmp_path):
     """edit_bundle's clamp_ladder with warm rungs: a rung too small to say anything fails, the next
     starts from its delta (journal: the clamp written, two rungs, warm); every rung's evaluations are counted."""

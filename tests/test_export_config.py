@@ -59,3 +59,37 @@ def test_the_shipped_recipe_is_the_methods_config_fitted_to_K(K):
     assert list(m["zo"]) == list(ZO_FIELDS + ZO_OPTIONAL) and "max_norm" not in m["zo"]
     assert m["success"] == {"fraction": cfg.success_fraction, "nll": cfg.success_nll, "stop_on": "written"}
     assert m["zo"]["n_dirs"] == max(1, K - 1) and m["zo"]["lr"] == cfg.zo.lr
+
+
+@pytest.mark.parametrize("K", [2, 17])
+def test_a_bundle_can_ship_the_whole_gradient_recipe(K):
+    """`export --recipe fzoo-grad`: recipes.FZOO_GRADIENT fitted to K, round-tripped through the
+    manifest reader; an unknown name is refused naming the field."""
+    import dataclasses
+
+    from mobiedit.errors import ConfigError
+    from mobiedit.export.config import EditSetup
+    from mobiedit.export.recipe import check_recipe, shipped_recipe
+    from mobiedit.recipes import FZOO_GRADIENT
+
+    r = shipped_recipe(K, "fzoo-grad")
+    assert r.zo == dataclasses.replace(FZOO_GRADIENT.zo, n_dirs=K - 1)
+    assert (r.zo.directions, r.zo.normalise, r.success_nll) == ("coordinates", "gradient", FZOO_GRADIENT.success.nll)
+    back = check_recipe(r.as_manifest(), "manifest.json")
+    assert back.zo == r.zo and back.success_nll == r.success_nll
+    assert EditSetup(recipe="fzoo-grad").recipe == "fzoo-grad"
+    with pytest.raises(ConfigError) as e:
+        EditSetup(recipe="adam")
+    assert e.value.where == "ExportConfig.edit.recipe" and "fzoo-grad" in e.value.fix
+    with pytest.raises(ConfigError, match="fzoo-grad"):
+        shipped_recipe(K, "adam")
+
+
+def test_the_recipe_flag_reaches_the_export_config():
+    from mobiedit.cli import build_parser
+    from mobiedit.export.cli import config_from_args
+
+    args = build_parser().parse_args(["export", "--out", "x", "--recipe", "fzoo-grad"])
+    assert config_from_args(args).edit.recipe == "fzoo-grad"
+    args = build_parser().parse_args(["export", "--out", "x"])
+    assert config_from_args(args).edit.recipe == "fzoo"

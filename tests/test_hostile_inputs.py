@@ -102,6 +102,8 @@ def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
     ("recipe.success.nll", True, "recipe.success.nll"),
     ("recipe.zo.directions", "sobol", "recipe.zo.directions"),
     ("recipe.zo.directions", 1, "recipe.zo.directions"),
+    ("recipe.zo.normalise", "sigma", "recipe.zo.normalise"),
+    ("recipe.zo.normalise", "gradient", "recipe.zo.normalise"),  # needs fzoo on coordinates
     ("recipe.success.stop_on", "never", "recipe.success.stop_on"),
     ("recipe.success.stop_on", 1, "recipe.success.stop_on"),
     ("recipe.success.stop_after", "loop", "recipe.success.stop_after"),
@@ -168,9 +170,15 @@ def test_the_recipe_comes_from_the_manifest_else_the_shipped_one(tmp_path):
     _write(tmp_path, m)
     r = recipe_of(read_manifest(tmp_path))
     assert r.zo.directions == "coordinates" and r.as_manifest()["zo"]["directions"] == "coordinates"
+    m["recipe"]["zo"].update(estimator="fzoo", normalise="gradient")  # whole-gradient steps round-trip
+    _write(tmp_path, m)
+    r = recipe_of(read_manifest(tmp_path))
+    assert r.zo.normalise == "gradient" and r.as_manifest()["zo"]["normalise"] == "gradient"
+    del m["recipe"]["zo"]["normalise"]  # exported before session 26: FZOO's spread rule, as then
     del m["recipe"]["zo"]["directions"]  # exported before session 24: i.i.d., as then
     _write(tmp_path, m)
     assert recipe_of(read_manifest(tmp_path)).zo.directions == "iid"
+    assert recipe_of(read_manifest(tmp_path)).zo.normalise == "spread"
     del m["recipe"]
     _write(tmp_path, m)
     old = recipe_of(read_manifest(tmp_path))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from mobiedit.errors import ConfigError, NumericalError
-from mobiedit.zo.estimators import DIRECTIONS, ESTIMATORS, rows_per_step
+from mobiedit.zo.estimators import DIRECTIONS, ESTIMATORS, check_normalise, rows_per_step
 from mobiedit.zo.optim import OPTIMIZERS, SCHEDULES
 
 _U64_MAX = 2**64 - 1
@@ -71,7 +71,9 @@ class ZOConfig:
     ``h, lr, adam_eps > 0``; ``0 <= lr_min <= lr``; momentum/betas/min_rel_improve in [0, 1);
     ``max_norm, loss_tol >= 0`` (0 disables); ``patience >= 0`` (0 disables);
     ``max_evals >= K``; ``seed`` in [0, 2**64); ``directions`` ``"iid"`` (the estimator's own
-    kind, fresh each step) or ``"coordinates"`` (:func:`mobiedit.zo.rng.coordinates`).
+    kind, fresh each step) or ``"coordinates"`` (:func:`mobiedit.zo.rng.coordinates`);
+    ``normalise`` ``"spread"`` (the estimator's own step size) or ``"gradient"`` (FZOO on
+    coordinates only: :class:`mobiedit.zo.estimators.GradientScaledFzoo`).
     """
 
     estimator: str = "paper"
@@ -94,6 +96,7 @@ class ZOConfig:
     min_rel_improve: float = 0.0
     seed: int = 0
     directions: str = "iid"
+    normalise: str = "spread"
 
     def __post_init__(self) -> None:
         _check_choice("estimator", self.estimator, ESTIMATORS)
@@ -116,6 +119,7 @@ class ZOConfig:
         _check_float("min_rel_improve", self.min_rel_improve, 0.0, 1.0, hi_open=True)
         _check_int("seed", self.seed, 0, _U64_MAX)
         _check_choice("directions", self.directions, DIRECTIONS)
+        check_normalise(self.normalise, self.estimator, self.directions, where="ZOConfig.normalise")
         self._normalise_types()
 
     def _normalise_types(self) -> None:

@@ -1,4 +1,5 @@
-"""Zeroth-order gradient estimators (spec §2): ``paper``, ``fzoo`` and ``antithetic``.
+"""Zeroth-order gradient estimators (spec §2): ``paper``, ``fzoo`` and ``antithetic``, and FZOO's
+whole-gradient step scale for coordinate directions (``normalise="gradient"``).
 
 Each estimator is a small class with ``propose(x, step) -> D [K, d]`` (the deltas to evaluate) and
 ``estimate(x, step, D, L) -> (g [d] float32, base_loss float)``.
@@ -27,6 +28,10 @@ ESTIMATORS = ("paper", "fzoo", "antithetic")
 #: How directions are drawn: ``iid`` (the estimator's own kind, fresh each step) or
 #: ``coordinates`` (signed coordinate vectors, a fresh permutation per cycle of d directions).
 DIRECTIONS = ("iid", "coordinates")
+#: How FZOO sizes a step: ``spread`` (by the spread of the step's own losses, FZOO's rule) or
+#: ``gradient`` (coordinate directions only: by the whole gradient's norm, estimated from the
+#: latest slope of every coordinate; :class:`GradientScaledFzoo`).
+NORMALISE = ("spread", "gradient")
 
 
 def seq_sum(values: Sequence[float]) -> float:
@@ -194,6 +199,47 @@ class AntitheticEstimator(_Base):
         return fzoo_normalise(acc, self.n, ls, self.h), seq_sum(ls) / len(ls)
 
 
+class GradientScaledFzoo(FzooEstimator):
+    """FZOO's rows on coordinate directions, each step sized by the whole gradient (spec §2).
+
+    With coordinate directions row i measures one partial derivative exactly, the slope
+    ``T[p_i] = (L_i - L_0) / (h * u_i[p_i])`` of its coordinate ``p_i``. FZOO's spread rule would
+    size each step's block by its own slopes, so a block that hardly matters moves as far as one
+    that does. Here a table keeps every coordinate's latest slope (float64, zeroed per run) and
+    ``‖ĝ‖ = sqrt(d / seen) * sqrt(Σ_j T[j]²)`` (sum left to right; ``seen`` = coordinates measured
+    so far) estimates the whole gradient's norm; the step moves only this step's coordinates:
+    ``g[p_i] = f32(T[p_i] * (sqrt(d) / ‖ĝ‖))``, 0 elsewhere, all zero while ``‖ĝ‖ = 0``. Over a
+    cycle of d / n steps the blocks add up to one normalised-gradient step of length ``lr·√d``.
+    Base loss = ``L_0``.
+    """
+
+    def __init__(self, n_dirs: int, h: float, seed: int, d: int,
+                 directions: str = "coordinates") -> None:
+        super().__init__(n_dirs, h, seed, d, directions)
+        self.table = np.zeros(d, dtype=np.float64)
+        self.seen = np.zeros(d, dtype=bool)
+        self.n_seen = 0
+
+    def estimate(self, x: np.ndarray, step: int, D: np.ndarray,
+                 L: np.ndarray) -> tuple[np.ndarray, float]:
+        u = self.directions(step)
+        ls = [float(v) for v in L]
+        coords = [int(np.flatnonzero(u[i])[0]) for i in range(self.n)]  # one nonzero per row
+        for i, p in enumerate(coords):
+            self.table[p] = (ls[i + 1] - ls[0]) / (self.h * float(u[i, p]))
+            if not self.seen[p]:
+                self.seen[p] = True
+                self.n_seen += 1
+        g = np.zeros(self.d, dtype=np.float32)
+        norm = math.sqrt(seq_sum((self.table * self.table).tolist()))
+        if not norm > 0.0:
+            return g, ls[0]
+        scale = math.sqrt(self.d) / (math.sqrt(self.d / self.n_seen) * norm)
+        for p in coords:
+            g[p] = np.float32(self.table[p] * scale)
+        return g, ls[0]
+
+
 def rows_per_step(estimator: str, n_dirs: int) -> int:
     """Return K, the forward batch size, of ``estimator`` with ``n_dirs`` directions."""
     return {"paper": 3 * n_dirs, "fzoo": n_dirs + 1, "antithetic": 2 * n_dirs}[estimator]
@@ -208,13 +254,14 @@ def distinct_rows_per_step(estimator: str, n_dirs: int) -> int:
 
 
 def make_estimator(name: str, n_dirs: int, h: float, seed: int, d: int,
-                   directions: str = "iid") -> Estimator:
+                   directions: str = "iid", normalise: str = "spread") -> Estimator:
     """Build the estimator called ``name``, drawing its own i.i.d. kind of directions
     (``directions="iid"``: Gaussian for ``paper``, Rademacher otherwise) or coordinate
-    directions (``"coordinates"``: :func:`mobiedit.zo.rng.coordinates`).
+    directions (``"coordinates"``: :func:`mobiedit.zo.rng.coordinates`); ``normalise="gradient"``
+    (FZOO on coordinates only) builds :class:`GradientScaledFzoo`.
 
     Raises:
-        ConfigError: for an unknown name.
+        ConfigError: for an unknown name, or ``normalise="gradient"`` off FZOO on coordinates.
         MobiEditError: for ``d < 1``.
     """
     classes: dict[str, Callable[..., Estimator]] = {
@@ -225,7 +272,22 @@ def make_estimator(name: str, n_dirs: int, h: float, seed: int, d: int,
     if directions not in DIRECTIONS:
         raise ConfigError(f"unknown directions {directions!r}", where="directions",
                           fix=f"use one of {', '.join(DIRECTIONS)}")
+    check_normalise(normalise, name, directions)
     if d < 1:
         raise MobiEditError(f"delta length d={d} must be >= 1", where="x0",
                             fix="pass a non-empty 1-D float32 x0")
+    if normalise == "gradient":
+        return GradientScaledFzoo(n_dirs, h, seed, d, directions)
     return classes[name](n_dirs, h, seed, d, directions)
+
+
+def check_normalise(normalise: str, estimator: str, directions: str, where: str = "normalise") -> None:
+    """Raise :class:`ConfigError` (``where``) unless ``normalise`` is one of :data:`NORMALISE`
+    and, for ``"gradient"``, the estimator is ``fzoo`` on coordinate directions (the only rows
+    that measure single slopes). The one rule :class:`~mobiedit.zo.config.ZOConfig` applies too."""
+    if normalise not in NORMALISE:
+        raise ConfigError(f"unknown value {normalise!r}", where=where, fix=f"use one of {', '.join(NORMALISE)}")
+    if normalise == "gradient" and (estimator, directions) != ("fzoo", "coordinates"):
+        raise ConfigError(f"'gradient' needs estimator 'fzoo' on directions 'coordinates' "
+                          f"(got {estimator!r} on {directions!r})", where=where,
+                          fix="set estimator='fzoo' and directions='coordinates', or normalise='spread'")

@@ -92,7 +92,7 @@ class ZOLoop:
         self.x = coerce_x0(x0)
         d = self.x.shape[0]
         self.estimator = make_estimator(cfg.estimator, cfg.n_dirs, cfg.h, cfg.seed, d,
-                                        cfg.directions)
+                                        cfg.directions, cfg.normalise)
         self.optimizer = make_optimizer(cfg.optimizer, d, cfg.momentum, cfg.beta1, cfg.beta2,
                                         cfg.adam_eps)
         self.K = self.estimator.K

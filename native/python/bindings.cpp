@@ -209,6 +209,9 @@ void bind_config(py::module_& m) {
       .def_property(
           "directions", [](const mobiedit::Config& c) { return mobiedit::directions_name(c.directions); },
           [](mobiedit::Config& c, const std::string& s) { c.directions = mobiedit::parse_directions(s); })
+      .def_property(
+          "normalise", [](const mobiedit::Config& c) { return mobiedit::normalise_name(c.normalise); },
+          [](mobiedit::Config& c, const std::string& s) { c.normalise = mobiedit::parse_normalise(s); })
       .def_readwrite("n_dirs", &mobiedit::Config::n_dirs)
       .def_readwrite("h", &mobiedit::Config::h)
       .def_readwrite("lr", &mobiedit::Config::lr)

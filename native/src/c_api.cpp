@@ -79,6 +79,8 @@ mobiedit::Config to_cpp(const mobiedit_config_t& c) {
                                                    "use MOBIEDIT_LR_CONSTANT/COSINE");
   out.directions = enum_field<mobiedit::Directions>(c.directions, 2, "directions",
                                                     "use MOBIEDIT_DIRECTIONS_IID/COORDINATES");
+  out.normalise = enum_field<mobiedit::Normalise>(c.normalise, 2, "normalise",
+                                                  "use MOBIEDIT_NORMALISE_SPREAD/GRADIENT");
   out.n_dirs = c.n_dirs;
   out.h = c.h;
   out.lr = c.lr;
@@ -132,6 +134,7 @@ int mobiedit_config_default(mobiedit_config_t* out) {
   out->optimizer = static_cast<int32_t>(c.optimizer);
   out->lr_schedule = static_cast<int32_t>(c.lr_schedule);
   out->directions = static_cast<int32_t>(c.directions);
+  out->normalise = static_cast<int32_t>(c.normalise);
   out->h = c.h;
   out->lr = c.lr;
   out->lr_min = c.lr_min;

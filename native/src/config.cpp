@@ -99,6 +99,16 @@ void Config::validate() const {
   if (directions != Directions::Iid && directions != Directions::Coordinates) {
     config_fail("directions", "unknown directions", "use one of iid, coordinates");
   }
+  if (normalise != Normalise::Spread && normalise != Normalise::Gradient) {
+    config_fail("normalise", "unknown normalise", "use one of spread, gradient");
+  }
+  if (normalise == Normalise::Gradient &&
+      (estimator != Estimator::Fzoo || directions != Directions::Coordinates)) {
+    config_fail("normalise",
+                std::string("'gradient' needs estimator 'fzoo' on directions 'coordinates' (got '") +
+                    estimator_name(estimator) + "' on '" + directions_name(directions) + "')",
+                "set estimator='fzoo' and directions='coordinates', or normalise='spread'");
+  }
 }
 
 const char* status_name(Status s) noexcept {
@@ -153,6 +163,16 @@ Schedule parse_schedule(const std::string& name) {
   if (name == "constant") return Schedule::Constant;
   if (name == "cosine") return Schedule::Cosine;
   config_fail("lr_schedule", "unknown value '" + name + "'", "use one of constant, cosine");
+}
+
+const char* normalise_name(Normalise n) noexcept {
+  return n == Normalise::Spread ? "spread" : n == Normalise::Gradient ? "gradient" : "unknown";
+}
+
+Normalise parse_normalise(const std::string& name) {
+  if (name == "spread") return Normalise::Spread;
+  if (name == "gradient") return Normalise::Gradient;
+  config_fail("normalise", "unknown value '" + name + "'", "use one of spread, gradient");
 }
 
 Directions parse_directions(const std::string& name) {

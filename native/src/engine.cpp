@@ -43,6 +43,11 @@ Engine::Engine(const Config& cfg, int d) : cfg_(cfg), d_(d), K_(0) {
     perm_.assign(ud, 0);
     sign_.assign(ud, 0.0f);
   }
+  if (cfg_.normalise == Normalise::Gradient) {
+    slopes_.assign(ud, 0.0);
+    seen_.assign(ud, 0);
+    coords_.assign(un, 0);
+  }
   D_.assign(uk * ud, 0.0f);
   L_.assign(uk, 0.0f);
   reset(nullptr);
@@ -61,6 +66,9 @@ void Engine::reset(const float* x0) {
   std::fill(m_.begin(), m_.end(), 0.0f);
   std::fill(v_.begin(), v_.end(), 0.0f);
   history_.clear();
+  std::fill(slopes_.begin(), slopes_.end(), 0.0);
+  std::fill(seen_.begin(), seen_.end(), std::uint8_t{0});
+  n_seen_ = 0;
   step_idx_ = steps_ = evals_ = checks_ = since_best_ = 0;
   best_ = std::numeric_limits<double>::infinity();
   status_ = Status::Running;

@@ -1,6 +1,8 @@
-// The three ZO estimators (spec §2): Engine::propose and Engine::estimate.
+// The three ZO estimators (spec §2) and FZOO's whole-gradient step scale for coordinate
+// directions: Engine::propose and Engine::estimate.
 // Mirrors mobiedit/zo/estimators.py operation for operation.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 
@@ -32,6 +34,39 @@ void fzoo_normalise(const double* acc, int n, double sigma, double h, std::size_
 }
 
 }  // namespace
+
+// normalise=gradient (spec §2): row i measures the slope of its one coordinate p_i; the table
+// keeps each coordinate's latest slope and the step moves only this step's coordinates, scaled by
+// sqrt(d) / (sqrt(d / seen) * ||table||). Mirrors GradientScaledFzoo in mobiedit/zo/estimators.py.
+double Engine::estimate_gradient_scaled() {
+  const int n = cfg_.n_dirs;
+  const auto d = static_cast<std::size_t>(d_);
+  const float* L = L_.data();
+  const double l0 = static_cast<double>(L[0]);
+  for (int i = 0; i < n; ++i) {
+    const float* u = U_.data() + static_cast<std::size_t>(i) * d;
+    std::size_t p = 0;
+    while (p + 1 < d && u[p] == 0.0f) ++p;  // the row's one nonzero
+    coords_[static_cast<std::size_t>(i)] = p;
+    slopes_[p] = (static_cast<double>(L[i + 1]) - l0) / (cfg_.h * static_cast<double>(u[p]));
+    if (seen_[p] == 0) {
+      seen_[p] = 1;
+      ++n_seen_;
+    }
+  }
+  std::fill(g_.begin(), g_.end(), 0.0f);
+  double ss = 0.0;
+  for (std::size_t j = 0; j < d; ++j) ss += slopes_[j] * slopes_[j];
+  const double norm = std::sqrt(ss);
+  if (!(norm > 0.0)) return l0;
+  const double dd = static_cast<double>(d_);
+  const double scale = std::sqrt(dd) / (std::sqrt(dd / static_cast<double>(n_seen_)) * norm);
+  for (int i = 0; i < n; ++i) {
+    const std::size_t p = coords_[static_cast<std::size_t>(i)];
+    g_[p] = static_cast<float>(slopes_[p] * scale);
+  }
+  return l0;
+}
 
 void Engine::propose(std::int64_t step) {
   const int n = cfg_.n_dirs;
@@ -83,6 +118,7 @@ double Engine::estimate() {
       return detail::seq_sum(L + 2, static_cast<std::size_t>(n), 3) / static_cast<double>(n);
     }
     case Estimator::Fzoo: {
+      if (cfg_.normalise == Normalise::Gradient) return estimate_gradient_scaled();
       const double l0 = static_cast<double>(L[0]);
       for (int i = 0; i < n; ++i) coef[i] = (static_cast<double>(L[i + 1]) - l0) / cfg_.h;
       weighted_direction_sum(U_.data(), coef, n, d, acc_.data());

@@ -74,6 +74,37 @@ TEST_CASE("create / configure / run / result / free") {
   mobiedit_free(h);
 }
 
+TEST_CASE("whole-gradient steps on coordinate directions: defaults, run, and reset") {
+  mobiedit_config_t c;
+  REQUIRE(mobiedit_config_default(&c) == MOBIEDIT_OK);
+  CHECK(c.normalise == MOBIEDIT_NORMALISE_SPREAD);
+  c.estimator = MOBIEDIT_EST_FZOO;
+  c.directions = MOBIEDIT_DIRECTIONS_COORDINATES;
+  c.normalise = MOBIEDIT_NORMALISE_GRADIENT;
+  c.optimizer = MOBIEDIT_OPT_SGD;
+  c.lr = 0.05;
+  c.n_dirs = 3;
+  c.h = 1e-2;
+  c.max_steps = 90;
+  mobiedit_engine_t* h = mobiedit_create();
+  REQUIRE(mobiedit_configure(h, &c, 9) == MOBIEDIT_OK);
+  CHECK(mobiedit_rows(h) == 4);
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {  // configure again: the slope table starts empty again
+    if (run == 1) REQUIRE(mobiedit_configure(h, &c, 9) == MOBIEDIT_OK);
+    Target s{std::vector<float>(9, 0.5f)};
+    int32_t status = -1;
+    REQUIRE(mobiedit_run(h, nullptr, quad_forward, nullptr, &s, &status) == MOBIEDIT_OK);
+    mobiedit_result_t r;
+    REQUIRE(mobiedit_result(h, &r) == MOBIEDIT_OK);
+    REQUIRE(r.history_len == 90);
+    CHECK(r.history[89] < 0.1 * r.history[0]);
+    runs.emplace_back(r.history, r.history + r.history_len);
+  }
+  CHECK(runs[0] == runs[1]);
+  mobiedit_free(h);
+}
+
 TEST_CASE("step-wise API, check callback, and step after the end") {
   mobiedit_engine_t* h = mobiedit_create();
   const mobiedit_config_t c = small_config();
@@ -136,6 +167,14 @@ TEST_CASE("argument and config errors return codes and name the field") {
   c.directions = 2;
   CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
   CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.directions") != std::string::npos);
+  c = small_config();
+  c.normalise = 2;
+  CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
+  CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.normalise") != std::string::npos);
+  c = small_config();
+  c.normalise = MOBIEDIT_NORMALISE_GRADIENT;  // antithetic on iid directions: refused
+  CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
+  CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.normalise") != std::string::npos);
   c = small_config();
   c.momentum = 1.5;
   CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);

@@ -82,10 +82,10 @@ class MemoryEstimator(FzooEstimator):
         return (self.table * (math.sqrt(self.d * frac) / norm)).astype(np.float32), ls[0]
 
 
-def make_estimator(name, n_dirs, h, seed, d, directions="iid"):
-    if name == "fzoo" and directions == "coordinates" and n_dirs <= d:
+def make_estimator(name, n_dirs, h, seed, d, directions="iid", normalise="spread"):
+    if name == "fzoo" and directions == "coordinates" and normalise == "spread" and n_dirs <= d:
         return MemoryEstimator(n_dirs, h, seed, d, directions)
-    return _orig_make(name, n_dirs, h, seed, d, directions)
+    return _orig_make(name, n_dirs, h, seed, d, directions, normalise)
 
 
 if __name__ == "__main__":

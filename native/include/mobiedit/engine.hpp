@@ -22,6 +22,9 @@ enum class Schedule { Constant = 0, Cosine = 1 };
 // How directions are drawn: the estimator's own i.i.d. kind (Gaussian for paper, Rademacher
 // otherwise) or signed coordinate vectors, a fresh permutation per cycle of d (philox.hpp).
 enum class Directions { Iid = 0, Coordinates = 1 };
+// How FZOO sizes a step: by the spread of the step's own losses, or (coordinate directions
+// only) by the whole gradient's norm estimated from every coordinate's latest slope (spec §2).
+enum class Normalise { Spread = 0, Gradient = 1 };
 enum class Status {
   Running = 0,
   SuccessLoss = 1,
@@ -80,6 +83,7 @@ struct Config {
   double min_rel_improve = 0.0;
   std::uint64_t seed = 0;
   Directions directions = Directions::Iid;
+  Normalise normalise = Normalise::Spread;  // Gradient: fzoo on coordinates only
 
   // Rows per forward batch K: paper 3n, fzoo n+1, antithetic 2n.
   int rows() const noexcept;
@@ -97,11 +101,13 @@ const char* estimator_name(Estimator e) noexcept;
 const char* optimizer_name(Optimizer o) noexcept;
 const char* schedule_name(Schedule s) noexcept;
 const char* directions_name(Directions d) noexcept;
+const char* normalise_name(Normalise n) noexcept;
 // Parse names as used by mobiedit.zo ("paper", "sgd", "cosine", ...); throw Error(Config).
 Estimator parse_estimator(const std::string& name);
 Optimizer parse_optimizer(const std::string& name);
 Schedule parse_schedule(const std::string& name);
 Directions parse_directions(const std::string& name);
+Normalise parse_normalise(const std::string& name);
 
 // One run of the value search. Invariants: status() == Running until a stop rule fires; x()
 // always holds finite values (a non-finite update is discarded and ends the run NonFinite).
@@ -136,6 +142,7 @@ class Engine {
   Status finish(Status s, std::string message);
   void propose(std::int64_t step);
   double estimate();
+  double estimate_gradient_scaled();
   void update(std::int64_t step);
   bool call_check(const CheckFn& check, std::int64_t step);
 
@@ -145,6 +152,10 @@ class Engine {
   std::vector<float> x_, x_new_, g_, U_, D_, L_, m_, v_, sign_;
   std::vector<std::int32_t> perm_;  // coordinate directions' scratch (d each)
   std::vector<double> acc_, coef_, history_;
+  std::vector<double> slopes_;       // normalise=gradient: latest slope per coordinate (d)
+  std::vector<std::uint8_t> seen_;   // normalise=gradient: coordinate measured this run (d)
+  std::vector<std::size_t> coords_;  // normalise=gradient: each row's coordinate (n)
+  std::int64_t n_seen_ = 0;
   std::int64_t step_idx_ = 0, steps_ = 0, evals_ = 0, checks_ = 0, since_best_ = 0;
   double best_ = 0.0;
   Status status_ = Status::Running;

@@ -72,6 +72,13 @@ typedef enum mobiedit_config_directions {
   MOBIEDIT_DIRECTIONS_COORDINATES = 1
 } mobiedit_config_directions;
 
+/* mobiedit_config_t.normalise: FZOO's step size from the step's own loss spread, or (FZOO on
+ * coordinate directions only) from the whole gradient's norm (docs/zo_spec.md §2). */
+typedef enum mobiedit_config_normalise {
+  MOBIEDIT_NORMALISE_SPREAD = 0,
+  MOBIEDIT_NORMALISE_GRADIENT = 1
+} mobiedit_config_normalise;
+
 /* Fill with mobiedit_config_default(); struct_size guards against ABI mismatch. */
 typedef struct mobiedit_config_t {
   uint32_t struct_size; /* = sizeof(mobiedit_config_t) */
@@ -95,6 +102,8 @@ typedef struct mobiedit_config_t {
   int64_t patience;       /* 0 disables */
   uint64_t seed;
   int32_t directions;     /* mobiedit_config_directions */
+  int32_t normalise;      /* mobiedit_config_normalise (fills what was the struct's tail padding:
+                             sizeof is unchanged, and mobiedit_config_default() sets SPREAD) */
 } mobiedit_config_t;
 
 typedef struct mobiedit_result_t {

@@ -31,6 +31,12 @@ public final class Recipe {
      * (mobiedit/zo/rng.py); optional in the manifest, absent = {@code "iid"}.
      */
     public static final String[] DIRECTIONS = {"iid", "coordinates"};
+    /**
+     * {@code zo.normalise}: how FZOO sizes a step, from the step's own loss spread (FZOO's rule)
+     * or from the whole gradient's norm ({@code "gradient"}: estimator {@code "fzoo"} on
+     * {@code "coordinates"} directions only); optional in the manifest, absent = {@code "spread"}.
+     */
+    public static final String[] NORMALISE = {"spread", "gradient"};
     /** The shipped success rule, used only for manifests without a recipe. */
     public static final double FALLBACK_SUCCESS_FRACTION = 0.75;
     public static final double FALLBACK_SUCCESS_NLL = 0.5;
@@ -75,6 +81,8 @@ public final class Recipe {
     public final long seed;
     /** How directions are drawn ({@code zo.directions}, one of {@link #DIRECTIONS}). */
     public final String directions;
+    /** How FZOO sizes a step ({@code zo.normalise}, one of {@link #NORMALISE}). */
+    public final String normalise;
     /** Minimum share of fully correct rewrite rows ({@code success.fraction}). */
     public final double successFraction;
     /** Maximum loss minus its decay term ({@code success.nll}). */
@@ -100,7 +108,7 @@ public final class Recipe {
             long maxSteps, long maxEvals, long checkEvery, double lossTol, long patience,
             double minRelImprove, long seed, double successFraction, double successNll,
             boolean fromManifest, List<Double> ladder, long ladderFromEdits, String stopOn,
-            String directions) {
+            String directions, String normalise) {
         this.estimator = estimator;
         this.nDirs = nDirs;
         this.h = h;
@@ -126,6 +134,7 @@ public final class Recipe {
         this.ladderFromEdits = ladderFromEdits;
         this.stopOn = stopOn;
         this.directions = directions;
+        this.normalise = normalise;
     }
 
     /**
@@ -141,7 +150,7 @@ public final class Recipe {
         return new Recipe("fzoo", Math.max(1, editK - 1), 0.05, "adam", 0.5, 0.0, "constant", 0.0,
             0.9, 0.999, 1e-8, 150, 3000, 1, 0.0, 0, 0.0, 0, FALLBACK_SUCCESS_FRACTION,
             FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS, STOP_WRITTEN,
-            "iid");
+            "iid", "spread");
     }
 
     /** Rows per step K of {@code estimator} with {@code nDirs} directions. */
@@ -172,6 +181,7 @@ public final class Recipe {
         return (fromManifest ? "manifest" : "shipped fallback") + " recipe: " + estimator + " n_dirs="
             + nDirs + " h=" + h + " " + optimizer + " lr=" + lr + " max_steps=" + maxSteps
             + " max_evals=" + maxEvals + " seed=" + seed + " directions=" + directions
+            + " normalise=" + normalise
             + ", success_fraction=" + successFraction
             + ", success_nll=" + successNll + ", stop_on=" + stopOn + ", ladder=" + ladder + " from "
             + ladderFromEdits + " edits";

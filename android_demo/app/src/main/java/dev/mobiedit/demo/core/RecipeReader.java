@@ -24,8 +24,11 @@ final class RecipeReader {
     static final List<String> ZO_FIELDS = Arrays.asList("estimator", "n_dirs", "h", "optimizer",
         "lr", "lr_min", "lr_schedule", "momentum", "beta1", "beta2", "adam_eps", "max_steps",
         "max_evals", "check_every", "loss_tol", "patience", "min_rel_improve", "seed");
-    /** Optional in {@code recipe.zo} (absent in bundles exported before it was written: iid). */
-    static final List<String> ZO_OPTIONAL = Arrays.asList("directions");
+    /**
+     * Optional in {@code recipe.zo} (absent in bundles exported before they were written:
+     * directions iid, normalise spread).
+     */
+    static final List<String> ZO_OPTIONAL = Arrays.asList("directions", "normalise");
     static final List<String> SUCCESS_FIELDS = Arrays.asList("fraction", "nll");
     /** Optional in {@code recipe.success} (absent in bundles exported before it was written). */
     static final List<String> SUCCESS_OPTIONAL = Arrays.asList("stop_on");
@@ -68,6 +71,15 @@ final class RecipeReader {
         long seed = integer(z, "seed", 0, Long.MAX_VALUE);
         String directions = z.containsKey("directions") ? choice(z, "directions", Recipe.DIRECTIONS)
             : Recipe.DIRECTIONS[0];
+        String normalise = z.containsKey("normalise") ? choice(z, "normalise", Recipe.NORMALISE)
+            : Recipe.NORMALISE[0];
+        if ("gradient".equals(normalise)
+                && !("fzoo".equals(estimator) && "coordinates".equals(directions))) {
+            throw err("recipe.zo.normalise", "is \"gradient\", which needs estimator \"fzoo\" on"
+                + " directions \"coordinates\" (got \"" + estimator + "\" on \"" + directions + "\")",
+                "set recipe.zo.estimator to fzoo and recipe.zo.directions to coordinates, or"
+                + " normalise to spread");
+        }
         if (rows * dims.dOut > ManifestReader.MAX_ELEMENTS) {
             throw err("recipe.zo.n_dirs", "implies a buffer of " + rows + " x " + dims.dOut
                 + " elements (limit " + ManifestReader.MAX_ELEMENTS + ")", "use fewer directions");
@@ -86,7 +98,7 @@ final class RecipeReader {
         }
         return new Recipe(estimator, (int) nDirs, h, optimizer, lr, lrMin, schedule, momentum,
             beta1, beta2, adamEps, maxSteps, maxEvals, checkEvery, lossTol, patience, minRel, seed,
-            fraction, nll, true, ladder, fromEdits, stopOn, directions);
+            fraction, nll, true, ladder, fromEdits, stopOn, directions, normalise);
     }
 
     /**

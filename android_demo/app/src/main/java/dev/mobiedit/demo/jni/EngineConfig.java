@@ -19,6 +19,8 @@ public final class EngineConfig {
     public static final int LR_COSINE = 1;
     public static final int DIRECTIONS_IID = 0;
     public static final int DIRECTIONS_COORDINATES = 1;
+    public static final int NORMALISE_SPREAD = 0;
+    public static final int NORMALISE_GRADIENT = 1;
 
     public int estimator;
     public int nDirs;
@@ -40,12 +42,13 @@ public final class EngineConfig {
     public long patience;
     public long seed;
     public int directions;
+    public int normalise;
 
     /** The engine's defaults (equal to mobiedit.zo.ZOConfig's); needs the native library. */
     public static EngineConfig defaults() {
         NativeLibrary.ensureLoaded();
         double[] reals = new double[10];
-        long[] ints = new long[10];
+        long[] ints = new long[11];
         NativeEngine.nativeConfigDefault(reals, ints);
         EngineConfig c = new EngineConfig();
         c.h = reals[0];
@@ -68,6 +71,7 @@ public final class EngineConfig {
         c.patience = ints[7];
         c.seed = ints[8];
         c.directions = (int) ints[9];
+        c.normalise = (int) ints[10];
         return c;
     }
 
@@ -98,6 +102,7 @@ public final class EngineConfig {
         c.minRelImprove = recipe.minRelImprove;
         c.seed = recipe.seed;
         c.directions = Recipe.code(Recipe.DIRECTIONS, recipe.directions);
+        c.normalise = Recipe.code(Recipe.NORMALISE, recipe.normalise);
         return c;
     }
 
@@ -116,6 +121,6 @@ public final class EngineConfig {
 
     long[] ints() {
         return new long[] {estimator, nDirs, optimizer, lrSchedule, maxSteps, maxEvals, checkEvery,
-            patience, seed, directions};
+            patience, seed, directions, normalise};
     }
 }

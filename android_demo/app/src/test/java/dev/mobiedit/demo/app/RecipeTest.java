@@ -72,7 +72,7 @@ class RecipeTest {
             {want.beta2, got.beta2}, {want.adamEps, got.adamEps}, {want.maxSteps, got.maxSteps},
             {want.maxEvals, got.maxEvals}, {want.checkEvery, got.checkEvery}, {want.lossTol, got.lossTol},
             {want.patience, got.patience}, {want.minRelImprove, got.minRelImprove}, {want.seed, got.seed},
-            {want.directions, got.directions},
+            {want.directions, got.directions}, {want.normalise, got.normalise},
             {want.successFraction, got.successFraction}, {want.successNll, got.successNll},
             {want.ladder, got.ladder}, {want.ladderFromEdits, got.ladderFromEdits}};
         for (int i = 0; i < pairs.length; i++) {
@@ -118,6 +118,8 @@ class RecipeTest {
         assertEquals(0.3, zo.get("lr"));
         assertEquals(8L, zo.get("n_dirs"));
         assertEquals(9L, zo.get("seed"));
+        assertEquals("iid", zo.get("directions"));
+        assertEquals("spread", zo.get("normalise"));
         assertEquals(0.5, cfg.get("success_fraction"));
         s.close();
     }
@@ -136,6 +138,58 @@ class RecipeTest {
         assertEquals(EngineConfig.DIRECTIONS_IID, EditRunner.forBundle(old, old.dOut()).directions);
         zo(map).put("directions", "sobol");
         refusedAt(map, "recipe.zo.directions");
+    }
+
+    @Test
+    void theRecipesNormaliseReachesTheEngineAndTheJournal(@TempDir Path tmp) throws Exception {
+        Map<String, Object> map = Fixtures.manifestMap();
+        zo(map).put("directions", "coordinates");
+        zo(map).put("normalise", "gradient");
+        Manifest m = parse(map);
+        assertEquals("gradient", m.recipe.normalise);
+        assertTrue(m.recipe.toString().contains("normalise=gradient"), m.recipe.toString());
+        EngineConfig c = EditRunner.forBundle(m, m.dOut());
+        assertEquals(EngineConfig.NORMALISE_GRADIENT, c.normalise);
+        assertEquals(EngineConfig.DIRECTIONS_COORDINATES, c.directions);
+
+        // an edit on a bundle with that recipe: the engine runs it, the journal records it
+        File dir = tmp.resolve("bundle").toFile();
+        Map<String, Object> written = Fixtures.writeBundle(dir, Fixtures.baseWeight());
+        Map<String, Object> recipe = custom();
+        zo(recipe).put("directions", "coordinates");
+        zo(recipe).put("normalise", "gradient");
+        written.put("recipe", recipe.get("recipe"));
+        Files.write(new File(dir, "manifest.json").toPath(), Json.write(written, true).getBytes("UTF-8"));
+        BundleSessionTest.FakeRuntime rt = new BundleSessionTest.FakeRuntime();
+        BundleSession s = BundleSession.open(dir, (d, mm) -> rt, null);
+        assertEquals("gradient", s.recipe().normalise);
+        EditRequest req = EditRequest.fromForm("Danielle Darrieux", "The mother tongue of {} is", "English");
+        EditOutcome o = s.edit(req, null, null);
+        assertEquals(EngineConfig.NORMALISE_GRADIENT, o.config.normalise);
+        assertTrue(o.steps >= 1 && o.steps <= 5, "max_steps 5, ran " + o.steps);
+        Map<?, ?> journalZo = (Map<?, ?>) o.configJson().get("zo");
+        assertEquals("coordinates", journalZo.get("directions"));
+        assertEquals("gradient", journalZo.get("normalise"));
+        s.close();
+
+        zo(map).remove("normalise");  // exported before it was written: FZOO's own spread rule
+        Manifest old = parse(map);
+        assertEquals("spread", old.recipe.normalise);
+        assertEquals(EngineConfig.NORMALISE_SPREAD, EditRunner.forBundle(old, old.dOut()).normalise);
+        assertEquals("spread", Recipe.shippedFallback(17).normalise);
+        zo(map).put("normalise", "hessian");
+        refusedAt(map, "recipe.zo.normalise");
+        zo(map).put("normalise", 1L);
+        refusedAt(map, "recipe.zo.normalise");
+        zo(map).put("normalise", "gradient");  // needs fzoo on coordinates
+        zo(map).put("directions", "iid");
+        MobiEditError e = refusedAt(map, "recipe.zo.normalise");
+        assertTrue(e.fix().contains("recipe.zo.directions to coordinates"), e.fix());
+        zo(map).remove("directions");  // absent = iid: refused too
+        refusedAt(map, "recipe.zo.normalise");
+        zo(map).put("directions", "coordinates");
+        zo(map).put("estimator", "antithetic");
+        refusedAt(map, "recipe.zo.normalise");
     }
 
     @Test
@@ -165,9 +219,10 @@ class RecipeTest {
         assertSameRecipe(r, exported);
     }
 
-    private static void refusedAt(Map<String, Object> m, String field) {
+    private static MobiEditError refusedAt(Map<String, Object> m, String field) {
         MobiEditError e = assertThrows(MobiEditError.class, () -> parse(m));
         assertTrue(e.getMessage().contains("field '" + field + "'") && e.fix() != null, e.getMessage());
+        return e;
     }
 
     @Test

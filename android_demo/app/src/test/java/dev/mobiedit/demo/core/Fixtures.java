@@ -103,7 +103,8 @@ public final class Fixtures {
         Map<String, Object> zo = map("estimator", "fzoo", "n_dirs", nDirs, "h", 0.05, "optimizer",
             "adam", "lr", 0.5, "lr_min", 0.0, "lr_schedule", "constant", "momentum", 0.0, "beta1", 0.9,
             "beta2", 0.999, "adam_eps", 1e-8, "max_steps", 150L, "max_evals", 3000L, "check_every", 1L,
-            "loss_tol", 0.0, "patience", 0L, "min_rel_improve", 0.0, "seed", 0L, "directions", "iid");
+            "loss_tol", 0.0, "patience", 0L, "min_rel_improve", 0.0, "seed", 0L, "directions", "iid",
+            "normalise", "spread");
         return map("zo", zo, "success", map("fraction", 0.75, "nll", 0.5), "ladder",
             map("fractions", new ArrayList<Object>(Arrays.asList(0.5, 0.75, 1.0)), "from_edits", 2L));
     }

@@ -74,6 +74,8 @@ class NativeEngineTest {
         assertEquals(1e-3, c.h);
         assertEquals(EngineConfig.OPT_ADAM, c.optimizer);
         assertEquals(15, c.rows());
+        assertEquals(EngineConfig.DIRECTIONS_IID, c.directions);
+        assertEquals(EngineConfig.NORMALISE_SPREAD, c.normalise);
         EngineConfig m = EngineConfig.fromRecipe(Recipe.shippedFallback(17), 4 * Math.sqrt(128));
         assertEquals(17, m.rows());
         assertEquals(EngineConfig.EST_FZOO, m.estimator);
@@ -86,6 +88,8 @@ class NativeEngineTest {
         assertEquals(c.adamEps, m.adamEps);
         assertEquals(c.lrMin, m.lrMin);
         assertEquals(c.minRelImprove, m.minRelImprove);
+        assertEquals(c.directions, m.directions);
+        assertEquals(c.normalise, m.normalise);
         try (NativeEngine e = new NativeEngine()) {
             e.configure(m, 128);  // the engine accepts it
             assertEquals(17, e.rows());
@@ -120,6 +124,87 @@ class NativeEngineTest {
         try (NativeEngine e = new NativeEngine()) {
             NativeEngineException ex = assertThrows(NativeEngineException.class, () -> e.configure(bad, D));
             assertTrue(ex.getMessage().contains("ZOConfig.directions"), ex.getMessage());
+        }
+    }
+
+    /** FZOO on coordinates, n_dirs 2 of d 8, plain SGD: each step moves only its own coordinates. */
+    static EngineConfig gradientScaled() {
+        EngineConfig c = fzoo();
+        c.nDirs = 2;
+        c.optimizer = EngineConfig.OPT_SGD;
+        c.momentum = 0;
+        c.lr = 0.05;
+        c.directions = EngineConfig.DIRECTIONS_COORDINATES;
+        c.normalise = EngineConfig.NORMALISE_GRADIENT;
+        c.lossTol = 0.1;
+        return c;
+    }
+
+    /** The rows of every forward call, copied. */
+    static final class Recorder implements NativeEngine.Forward {
+        final java.util.List<float[]> calls = new java.util.ArrayList<>();
+        final Quadratic q = new Quadratic();
+
+        @Override
+        public void forward(float[] deltas, int rows, int d, float[] out) {
+            calls.add(java.util.Arrays.copyOf(deltas, rows * d));
+            q.forward(deltas, rows, d, out);
+        }
+    }
+
+    @Test
+    void gradientNormaliseStepsOnlyTheMeasuredCoordinatesAndConverges() {
+        Recorder rec = new Recorder();
+        EngineStatus s;
+        try (NativeEngine e = new NativeEngine()) {
+            e.configure(gradientScaled(), D);
+            assertEquals(3, e.rows());
+            s = e.run(null, rec, null);
+            assertEquals(EngineStatus.SUCCESS_LOSS, s, "history " + java.util.Arrays.toString(e.history()));
+        }
+        assertTrue(rec.calls.size() >= 2, "calls " + rec.calls.size());
+        for (int k = 0; k + 1 < rec.calls.size(); k++) {
+            float[] now = rec.calls.get(k);
+            float[] next = rec.calls.get(k + 1);
+            java.util.Set<Integer> measured = new java.util.HashSet<>();
+            for (int r = 1; r < 3; r++) {  // FZOO: row 0 = x, rows 1.. = x + h u_r, one coordinate each
+                for (int i = 0; i < D; i++) {
+                    if (now[r * D + i] != now[i]) {
+                        measured.add(i);
+                    }
+                }
+            }
+            assertEquals(2, measured.size(), "call " + k + " measures two coordinates");
+            for (int i = 0; i < D; i++) {
+                if (next[i] != now[i]) {
+                    assertTrue(measured.contains(i), "call " + k + ": x moved at unmeasured coordinate " + i);
+                }
+            }
+        }
+
+        // the same seed with FZOO's own spread rule draws the same first batch, then steps otherwise
+        Recorder spread = new Recorder();
+        EngineConfig c = gradientScaled();
+        c.normalise = EngineConfig.NORMALISE_SPREAD;
+        try (NativeEngine e = new NativeEngine()) {
+            e.configure(c, D);
+            e.run(null, spread, null);
+        }
+        assertArrayEquals(rec.calls.get(0), spread.calls.get(0));
+        assertNotEquals(java.util.Arrays.toString(rec.calls.get(1)), java.util.Arrays.toString(spread.calls.get(1)));
+
+        // gradient is FZOO-on-coordinates only; an unknown value is refused too
+        EngineConfig iid = gradientScaled();
+        iid.directions = EngineConfig.DIRECTIONS_IID;
+        EngineConfig paper = gradientScaled();
+        paper.estimator = EngineConfig.EST_PAPER;
+        EngineConfig unknown = gradientScaled();
+        unknown.normalise = 7;
+        for (EngineConfig bad : new EngineConfig[] {iid, paper, unknown}) {
+            try (NativeEngine e = new NativeEngine()) {
+                NativeEngineException ex = assertThrows(NativeEngineException.class, () -> e.configure(bad, D));
+                assertTrue(ex.getMessage().contains("ZOConfig.normalise"), ex.getMessage());
+            }
         }
     }
 
