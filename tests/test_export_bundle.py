@@ -280,7 +280,7 @@ def test_a_bundle_edits_with_the_whole_gradient_recipe(bundles, tmp_path):
     manifest["recipe"]["zo"].update(max_steps=3)
     (path / "manifest.json").write_text(json.dumps(manifest))  # not a checksummed file
     [res] = edit_bundle(path, [REQUEST], force=True)
-    assert 1 <= len(res.losses) <= 3 and res.loss_evals == len(res.losses) * K
+    assert 1 <= len(res.losses) <= 3 and res.loss_evals >= len(res.losses) * K  # + the written-edit checks
     [entry] = Journal.open(path / "journal").entries()
     zo = entry.config["zo"]
     assert (zo["directions"], zo["normalise"], zo["optimizer"], zo["n_dirs"]) == ("coordinates", "gradient", "sgd", K - 1)
