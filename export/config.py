@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from mobiedit.errors import ConfigError
 from mobiedit.editing.config import ContextConfig, ObjectiveConfig
-from mobiedit.recipes import BUNDLE_RECIPES
+from mobiedit.recipes import bundle_recipe
 
 RUNTIMES = ("executorch", "onnxruntime")
 #: quantization scheme -> runtimes that can lower it
@@ -184,9 +184,7 @@ class EditSetup:
             _int("edit", "layer", self.layer, 0)
         _int("edit", "stats_limit", self.stats_limit, 0)
         _int("edit", "seed", self.seed, 0, 2**63 - 1)
-        if self.recipe not in BUNDLE_RECIPES:
-            raise ConfigError(f"unknown recipe {str(self.recipe)[:40]!r}", where="ExportConfig.edit.recipe",
-                              fix=f"use one of {', '.join(BUNDLE_RECIPES)}")
+        bundle_recipe(self.recipe, "ExportConfig.edit.recipe")
         if not (isinstance(self.ridge, (int, float)) and 0 <= self.ridge < 1):
             raise ConfigError(f"must be in [0, 1), got {self.ridge!r}", where="ExportConfig.edit.ridge",
                               fix="use ROME's 1e-4")

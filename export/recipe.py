@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from mobiedit.editing.config import check_ladder
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
-from mobiedit.recipes import BUNDLE_RECIPES, check_fraction, check_nll, check_stop_on
+from mobiedit.recipes import bundle_recipe, check_fraction, check_nll, check_stop_on
 from mobiedit.zo import ZOConfig
 
 log = logging.getLogger(__name__)
@@ -97,10 +97,7 @@ def shipped_recipe(K: int, name: str = "fzoo") -> Recipe:
     :data:`mobiedit.recipes.FZOO`) for edit programs of static batch ``K`` (``shapes.edit_K``): its
     search with ``n_dirs = max(1, K − 1)`` (FZOO's rows: one program call per step), and its success
     rule, stopped where the written edit holds (``stop_on`` ``"written"``)."""
-    if name not in BUNDLE_RECIPES:
-        raise ConfigError(f"unknown recipe {str(name)[:40]!r}", where="recipe",
-                          fix=f"use one of {', '.join(BUNDLE_RECIPES)}")
-    base = BUNDLE_RECIPES[name]
+    base = bundle_recipe(name, "recipe")
     zo = dataclasses.replace(base.zo, n_dirs=max(1, K - 1) if base.zo.estimator == "fzoo" else base.zo.n_dirs)
     return Recipe(zo, base.success.fraction, base.success.nll, stop_on=base.success.stop_on)
 

@@ -19,7 +19,8 @@ from mobiedit.config_io import check_fraction, check_nll
 from mobiedit.errors import ConfigError
 from mobiedit.zo.config import ZOConfig
 
-__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "FZOO_GRADIENT", "PAPER", "ANTITHETIC", "BUNDLE_RECIPES", "STOP_ON", "check_fraction", "check_nll",
+__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "FZOO_GRADIENT", "PAPER", "ANTITHETIC", "BUNDLE_RECIPES",
+           "bundle_recipe", "STOP_ON", "check_fraction", "check_nll",
            "check_stop_on"]
 
 #: what stops a value search: ``"loop"`` — the success rule on the search's own graph at the
@@ -99,3 +100,11 @@ ANTITHETIC = EditRecipe(dataclasses.replace(FZOO.zo, estimator="antithetic", n_d
 #: the recipes a bundle can ship (``mobiedit export --recipe NAME``; the app runs FZOO's rows only:
 #: one edit-program call of K = n_dirs + 1 rows per step)
 BUNDLE_RECIPES: dict[str, EditRecipe] = {"fzoo": FZOO, "fzoo-grad": FZOO_GRADIENT}
+
+
+def bundle_recipe(name: str, where: str) -> EditRecipe:
+    """The recipe :data:`BUNDLE_RECIPES` calls ``name``; a :class:`ConfigError` naming ``where``
+    for any other name."""
+    if name not in BUNDLE_RECIPES:
+        raise ConfigError(f"unknown recipe {str(name)[:40]!r}", where=where, fix=f"use one of {', '.join(BUNDLE_RECIPES)}")
+    return BUNDLE_RECIPES[name]

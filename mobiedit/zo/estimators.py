@@ -218,26 +218,28 @@ class GradientScaledFzoo(FzooEstimator):
         super().__init__(n_dirs, h, seed, d, directions)
         self.table = np.zeros(d, dtype=np.float64)
         self.seen = np.zeros(d, dtype=bool)
-        self.n_seen = 0
 
-    def estimate(self, x: np.ndarray, step: int, D: np.ndarray,
-                 L: np.ndarray) -> tuple[np.ndarray, float]:
+    def record(self, step: int, L: np.ndarray) -> tuple[list[int], float]:
+        """Write this step's slopes into the table; return each row's coordinate and ``L_0``."""
         u = self.directions(step)
         ls = [float(v) for v in L]
         coords = [int(np.flatnonzero(u[i])[0]) for i in range(self.n)]  # one nonzero per row
         for i, p in enumerate(coords):
             self.table[p] = (ls[i + 1] - ls[0]) / (self.h * float(u[i, p]))
-            if not self.seen[p]:
-                self.seen[p] = True
-                self.n_seen += 1
+            self.seen[p] = True
+        return coords, ls[0]
+
+    def estimate(self, x: np.ndarray, step: int, D: np.ndarray,
+                 L: np.ndarray) -> tuple[np.ndarray, float]:
+        coords, base = self.record(step, L)
         g = np.zeros(self.d, dtype=np.float32)
         norm = math.sqrt(seq_sum((self.table * self.table).tolist()))
         if not norm > 0.0:
-            return g, ls[0]
-        scale = math.sqrt(self.d) / (math.sqrt(self.d / self.n_seen) * norm)
+            return g, base
+        scale = math.sqrt(self.d) / (math.sqrt(self.d / int(self.seen.sum())) * norm)
         for p in coords:
             g[p] = np.float32(self.table[p] * scale)
-        return g, ls[0]
+        return g, base
 
 
 def rows_per_step(estimator: str, n_dirs: int) -> int:

@@ -22,7 +22,9 @@ directions uses the table (native rows, and i.i.d. rows, are untouched), then ru
         --row 'mem05=fzoo-stopw:backend="python";zo.directions="coordinates";zo.optimizer="sgd";zo.momentum=0;zo.lr=0.5' \\
         --out results/probes/memory_smollm2.json
 
-``MEMORY_BLOCK=1`` steps along this step's own K − 1 slopes only (coordinate descent), scaled by the
+``MEMORY_BLOCK=1`` (since session 26 the product's ``zo.normalise="gradient"``,
+:class:`mobiedit.zo.estimators.GradientScaledFzoo`, which this mode now runs) steps along this
+step's own K − 1 slopes only (coordinate descent), scaled by the
 whole gradient's norm as the table estimates it (``√(d / seen)·‖G‖``) instead of FZOO's per-step
 spread of the losses — which sizes a block of slopes that hardly matter like one that does; over a
 cycle the steps add up to about one normalised-gradient step of length ``lr·√d`` per d / (K − 1) steps.
@@ -41,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mobiedit.zo import loop as zo_loop  # noqa: E402
-from mobiedit.zo.estimators import FzooEstimator  # noqa: E402
+from mobiedit.zo.estimators import GradientScaledFzoo  # noqa: E402
 
 _orig_make = zo_loop.make_estimator
 #: ``MEMORY_WARM=1``: no step until the table holds every coordinate (the first cycle only measures)
@@ -52,34 +54,22 @@ BLOCK = os.environ.get("MEMORY_BLOCK", "0") == "1"
 TAG = f"tools/probes/memory_directions.py MEMORY_BLOCK={int(BLOCK)} MEMORY_WARM={int(WARM)}"
 
 
-class MemoryEstimator(FzooEstimator):
-    """FZOO's rows on coordinate directions; the estimate is the normalised slope table."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.table = np.zeros(self.d, dtype=np.float64)
-        self.seen = np.zeros(self.d, dtype=bool)
+class MemoryEstimator(GradientScaledFzoo):
+    """The product's slope table (:meth:`GradientScaledFzoo.record`); block mode is the product's
+    step, the table and warm modes step along the normalised table."""
 
     def estimate(self, x, step, D, L):
-        u = self.directions(step)
-        ls = [float(v) for v in L]
-        coords = [int(np.flatnonzero(u[i])[0]) for i in range(self.n)]  # one nonzero per row
-        for i, p in enumerate(coords):
-            self.table[p] = (ls[i + 1] - ls[0]) / (self.h * float(u[i, p]))
-            self.seen[p] = True
+        if BLOCK:
+            return super().estimate(x, step, D, L)
+        _, base = self.record(step, L)
         norm = float(np.linalg.norm(self.table))
         if not norm > 0.0:
-            return np.zeros(self.d, dtype=np.float32), ls[0]
+            return np.zeros(self.d, dtype=np.float32), base
         seen = float(self.seen.sum())
-        if BLOCK:
-            block = np.zeros(self.d, dtype=np.float64)
-            block[coords] = self.table[coords]
-            whole = math.sqrt(self.d / seen) * norm  # the gradient's norm, estimated
-            return (block * (math.sqrt(self.d) / whole)).astype(np.float32), ls[0]
         if WARM and seen < self.d:
-            return np.zeros(self.d, dtype=np.float32), ls[0]
+            return np.zeros(self.d, dtype=np.float32), base
         frac = seen / self.d  # the recorded figures were made with this order of operations
-        return (self.table * (math.sqrt(self.d * frac) / norm)).astype(np.float32), ls[0]
+        return (self.table * (math.sqrt(self.d * frac) / norm)).astype(np.float32), base
 
 
 def make_estimator(name, n_dirs, h, seed, d, directions="iid", normalise="spread"):
