@@ -104,3 +104,47 @@ def test_key_statistics_record_their_corpus(tiny_llama_dir, tmp_path, cache_dir)
     assert meta["n_tokens"] == n and n >= 3_000 and meta["n_texts"] == len(corpus.texts)
     assert meta["source"] == corpus.source and meta["layer"] == 0 and len(meta["corpus_sha256"]) == 64
     assert torch.equal(cached_second_moment(lm.model, lm.family, 0, lm.tokenizer, corpus.texts, folder), c)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "no-mom2", "nan", "not-square"])
+def test_damaged_key_statistics_cache_is_recomputed(tiny_llama_dir, tmp_path, monkeypatch, caplog, damage):
+    """A cached C that cannot stand for the statistics (a torn or foreign file, a missing tensor,
+    non-finite or non-square values) is a cache miss: recomputed, logged, and the file rewritten —
+    never the library's SafetensorError / KeyError, never a NaN matrix handed to the solve."""
+    import json as _json
+    import logging
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from mobiedit.editing.stats import cached_second_moment, stats_metadata, stats_path
+    from mobiedit.models import load_model
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_llama_dir, folder)
+    lm = load_model(folder)
+    texts = ["The capital of France is Paris.", "A cat sat on the mat, and then it slept."] * 3
+    # a fresh cache per case: C computed here, not read from another case's file (whose memory map
+    # the damage below would pull from under the tensor)
+    monkeypatch.setenv("MOBIEDIT_CACHE", str(tmp_path / "cache"))
+    c = cached_second_moment(lm.model, lm.family, 0, lm.tokenizer, texts, folder, source={"name": "t"})
+    path = stats_path(folder, 0, texts)
+    good = path.read_bytes()
+    meta = {"mobiedit": _json.dumps({"source": {"name": "t"}, "n_tokens": 1})}
+    bad = tmp_path / "bad.safetensors"
+    if damage == "truncated":
+        bad.write_bytes(good[: len(good) // 2])
+    elif damage == "garbage":
+        bad.write_bytes(b"not a safetensors file at all" * 10)
+    elif damage == "no-mom2":
+        save_file({"other": torch.zeros(2)}, str(bad), metadata=meta)
+    elif damage == "nan":
+        save_file({"mom2": torch.full_like(c, float("nan"))}, str(bad), metadata=meta)
+    else:
+        save_file({"mom2": torch.zeros(3, 5)}, str(bad), metadata=meta)
+    bad.replace(path)
+    with caplog.at_level(logging.INFO, logger="mobiedit.editing.stats"):
+        again = cached_second_moment(lm.model, lm.family, 0, lm.tokenizer, texts, folder, source={"name": "t"})
+    assert torch.equal(again, c)
+    assert any("recomputing" in r.getMessage() for r in caplog.records)
+    assert torch.equal(load_file(str(path))["mom2"], c) and stats_metadata(path)["source"] == {"name": "t"}

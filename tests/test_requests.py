@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mobiedit.errors import RequestError
+from mobiedit.request_record import spaced_target
 from mobiedit.requests import (FORMATS, EditRequest, bundled_names, bundled_path, detect_format,
-                               load_requests, requests_from_cli, save_requests, spaced_target,
-                               to_rome_record)
+                               load_requests, requests_from_cli, save_requests, to_rome_record)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROME5 = FIXTURES / "counterfact_rome_5.json"

@@ -216,7 +216,8 @@ def test_pickled_factors_file_is_refused_without_unpickling(journal_dir, tmp_pat
 
 
 def test_journal_from_a_newer_format_version_is_refused(journal_dir):
-    from mobiedit.journal import JOURNAL_FILE, VERSION, Journal
+    from mobiedit.journal import JOURNAL_FILE, Journal
+    from mobiedit.journal_entry import VERSION
 
     lines = (journal_dir / JOURNAL_FILE).read_text().split("\n")
     obj = json.loads(lines[1])

@@ -40,13 +40,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("mobiedit.driver", "mobiedit.recipes", "mobiedit.forward", "mobiedit.editing", "mobiedit.zo",
               "mobiedit.journal", "mobiedit.journal_guard", "mobiedit.evaluate", "mobiedit.ability",
               "mobiedit.causal_trace", "mobiedit.known", "mobiedit.stats_corpus",
-              "mobiedit.ladder")),
+              "mobiedit.ladder", "mobiedit.journal_entry")),
     # model I/O, families, requests, errors and small utilities
     ("base", ("mobiedit", "mobiedit.errors", "mobiedit.families", "mobiedit.models", "mobiedit.checkpoints",
               "mobiedit.weights_check", "mobiedit.profile", "mobiedit.requests", "mobiedit.prompts",
               "mobiedit.config_io", "mobiedit.corpora", "mobiedit.hooks", "mobiedit.outputs", "mobiedit.atomic",
               "mobiedit.jsonio", "mobiedit.journal_lock", "mobiedit.digest", "mobiedit.paths", "mobiedit.rss",
-              "mobiedit.termsafe", "mobiedit.quiet", "mobiedit.head", "mobiedit.quant_io")),
+              "mobiedit.termsafe", "mobiedit.quiet", "mobiedit.head", "mobiedit.quant_io",
+              "mobiedit.request_record")),
 )
 ROOT_PACKAGE = "mobiedit"
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -88,15 +88,35 @@ def stats_metadata(path: Path) -> dict:
     return out if isinstance(out, dict) else {}
 
 
+def _read_cached(path: Path) -> torch.Tensor | None:
+    """The cached C at ``path``, or None (logged) when the file cannot stand for it: no provenance
+    metadata, damaged (truncated, not safetensors, no ``mom2``), not square, or not finite — the
+    caller then recomputes and overwrites it (a cache is never a reason to stop an edit)."""
+    try:
+        if not stats_metadata(path):
+            log.info("cached key statistics %s have no provenance metadata; recomputing", path.name)
+            return None
+        c = load_file(path)["mom2"]
+    except (SafetensorError, KeyError, OSError, ValueError) as e:
+        log.warning("cached key statistics %s are unreadable (%s); recomputing", path.name,
+                    " ".join(str(e).split()) or type(e).__name__)
+        return None
+    if c.ndim != 2 or c.shape[0] != c.shape[1] or not bool(torch.isfinite(c).all()):
+        log.warning("cached key statistics %s are not a finite square matrix (shape %s); recomputing",
+                    path.name, tuple(c.shape))
+        return None
+    return c
+
+
 def cached_second_moment(model, family: Family, layer: int, tok, texts: list[str], model_dir: Path,
                          progress: bool = False, source: dict | None = None) -> torch.Tensor:
     """:func:`second_moment`, read from / written to the cache (with its provenance metadata;
     ``source`` names the corpus: name, version, licence — see :func:`stats_metadata`)."""
     path = stats_path(model_dir, layer, texts)
     if path.is_file():
-        if stats_metadata(path):
-            return load_file(path)["mom2"]
-        log.info("cached key statistics %s have no provenance metadata; recomputing", path.name)
+        cached = _read_cached(path)
+        if cached is not None:
+            return cached
     t0 = time.perf_counter()
     c, n = second_moment_counted(model, family, layer, tok, texts, progress=progress)
     meta = {"source": source or {}, "n_tokens": n, "n_texts": len(texts), "layer": layer,

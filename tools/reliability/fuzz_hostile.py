@@ -133,7 +133,7 @@ def manifest_hostile_case(data, work: Path):
     from mobiedit.errors import BundleError
     from mobiedit.export.bundle import read_manifest, verify_files
 
-    from .fuzz import Case
+    from .fuzz_core import Case
 
     folder = work / "bundle"
     folder.mkdir()
@@ -161,7 +161,8 @@ def journal_hostile_case(data, work: Path):
     from mobiedit.errors import JournalError
     from mobiedit.journal import Journal
 
-    from .fuzz import Case, template_journal
+    from .fuzz_core import Case
+    from .fuzz_journal import template_journal
 
     folder = work / "j"
     shutil.copytree(template_journal(), folder)
@@ -220,7 +221,7 @@ def config_case(data, work: Path):
     from mobiedit.models import read_config
     from mobiedit.weights_check import check_config_against_weights, check_regular_files
 
-    from .fuzz import Case
+    from .fuzz_core import Case
 
     cfg = copy.deepcopy(TINY_CONFIG)
     descs = [_mutate_tree(data.draw, cfg) for _ in range(data.draw(st.integers(0, 2), label="n tree"))]
