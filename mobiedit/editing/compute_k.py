@@ -33,10 +33,18 @@ def row_keys(model, family: Family, layer: int, batch) -> tuple[torch.Tensor, to
     return rec.input[rows, idx].float(), rec.output[rows, idx].float()
 
 
+def compute_keys(model, family: Family, layer: int, tok, templates: list[str], rewrite_prompt: str,
+                 subject: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(K [n_templates, d_in], k_cur, out_cur): the key in each context template, and the key and
+    ``mlp_out`` output at the plain rewrite prompt."""
+    ks, _ = keys_at_subject(model, family, layer, tok, [t.replace("{}", rewrite_prompt) for t in templates], subject)
+    k_cur, out_cur = keys_at_subject(model, family, layer, tok, [rewrite_prompt], subject)
+    return ks, k_cur[0], out_cur[0]
+
+
 def compute_key(model, family: Family, layer: int, tok, templates: list[str], rewrite_prompt: str,
                 subject: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(k̄, k_cur, out_cur): the key averaged over context templates, and the key and ``mlp_out``
     output at the plain rewrite prompt (ROME uses k̄ for the direction, k_cur for the scale)."""
-    ks, _ = keys_at_subject(model, family, layer, tok, [t.replace("{}", rewrite_prompt) for t in templates], subject)
-    k_cur, out_cur = keys_at_subject(model, family, layer, tok, [rewrite_prompt], subject)
-    return ks.mean(0), k_cur[0], out_cur[0]
+    ks, k_cur, out_cur = compute_keys(model, family, layer, tok, templates, rewrite_prompt, subject)
+    return ks.mean(0), k_cur, out_cur

@@ -45,7 +45,7 @@ class ObjectiveConfig:
                               fix="e.g. '{} is a'")
 
 
-UPDATE_RULES = ("rome", "nullspace", "protect")
+UPDATE_RULES = ("rome", "nullspace", "protect", "rows")
 KEY_SOURCES = ("served", "search")
 
 
@@ -73,6 +73,12 @@ class UpdateConfig:
       MEMIT's normal equation with earlier edits as preserved keys). ``C`` is the mean second
       moment of natural text's keys, so ``edited_weight`` 1 counts each earlier edit's key as much
       as one average token of it — with ``C``'s small eigenvalues, enough to hold that key still.
+    * ``rows`` — the write at the keys that were searched (issue 18, item 2): ``w`` with
+      ``wᵀk_i = 1`` at every context template's key ``k_i`` (the plain prompt's among them) and
+      the least ``wᵀCw`` among those — ``C⁻¹K (KᵀC⁻¹K + ρ I)⁻¹ 1`` with ``ρ = rows_ridge ·
+      mean(diag KᵀC⁻¹K)``. The written update then adds the searched ``δ`` at each template row's
+      key, not ``δ·(wᵀk_i)``; a large ``rows_ridge`` gives back ROME's ``C⁻¹k̄``. Eager path only
+      (a bundle's recipe writes ROME's direction).
     Either way ``w`` is normalised so that the plain prompt's key gets exactly ``v*`` (ROME's
     normalisation; AlphaEdit's own solve leaves the target short by ``α``). At another row's key
     ``k_i`` the written update adds ``δ·(wᵀk_i)``, not ``δ``: ``written_gain`` makes the value
@@ -89,6 +95,7 @@ class UpdateConfig:
     nullspace_threshold: float = 1e-2
     alpha: float = 1.0
     edited_weight: float = 1.0
+    rows_ridge: float = 1e-2  # rule "rows": the Gram matrix's relative ridge (→ ∞: ROME's direction)
     written_gain: bool = False  # the search adds δ·(wᵀk_i) at row i — what the written update will
                                 # deliver at that row's key — instead of δ at every row (issue 18:
                                 # search at the keys that are written; w does not depend on δ)
@@ -117,6 +124,9 @@ class UpdateConfig:
         if not self.edited_weight > 0:
             raise ConfigError(f"edited_weight={self.edited_weight} must be > 0", where="update.edited_weight",
                               fix="e.g. 1.0 (relative to the key statistics C)")
+        if not (isinstance(self.rows_ridge, (int, float)) and math.isfinite(self.rows_ridge) and self.rows_ridge > 0):
+            raise ConfigError(f"rows_ridge={self.rows_ridge!r} must be a finite number > 0", where="update.rows_ridge",
+                              fix="e.g. 1e-2 (relative to the mean diagonal of KᵀC⁻¹K)")
         if not self.alpha > 0:
             raise ConfigError(f"alpha={self.alpha} must be > 0", where="update.alpha", fix="e.g. 1.0")
         if isinstance(self.spread, bool) or not isinstance(self.spread, int) or self.spread < 1:

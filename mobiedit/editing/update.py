@@ -9,7 +9,8 @@ from ..errors import JournalError, NumericalError
 
 
 def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.Tensor:
-    """C⁻¹ k̄ (with a relative ridge ``ridge·mean(diag C)``); k̄ itself when ``c`` is None."""
+    """C⁻¹ k̄ (with a relative ridge ``ridge·mean(diag C)``); k̄ itself when ``c`` is None. ``k_bar``
+    may be a matrix [d, n]: C⁻¹ of each column."""
     if c is None:
         return k_bar.clone()
     c64 = c.double()
@@ -21,6 +22,24 @@ def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.
         raise NumericalError(f"key statistics are singular ({' '.join(str(e).split())})", where="key statistics",
                              fix="recompute the statistics on a larger corpus, or raise mom2_ridge") from None
     return x.float()
+
+
+def rows_direction(c: torch.Tensor | None, keys: torch.Tensor, mom2_ridge: float, rows_ridge: float) -> torch.Tensor:
+    """The ``rows`` rule's direction: ``w`` [d] with ``wᵀk_i ≈ 1`` at each of ``keys`` [n, d] and the
+    least ``wᵀCw`` — ``C⁻¹K (KᵀC⁻¹K + ρ I)⁻¹ 1``, ``ρ = rows_ridge · mean(diag KᵀC⁻¹K)`` (the keys of
+    one subject in several contexts are close to collinear; ρ → ∞ gives a multiple of ROME's
+    ``C⁻¹k̄``). Float64 inside, float32 out; NumericalError on a non-finite result."""
+    k = keys.double().reshape(keys.shape[0], -1)
+    ck = solve_c(c, k.T.contiguous(), mom2_ridge).double()  # [d, n]
+    gram = k @ ck
+    rho = rows_ridge * torch.diagonal(gram).mean()
+    a = torch.linalg.solve(gram + rho * torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device),
+                           torch.ones(gram.shape[0], dtype=gram.dtype, device=gram.device))
+    d = ck @ a
+    if not bool(torch.isfinite(d).all()):
+        raise NumericalError("non-finite direction from the template keys", where="update.rule rows",
+                             fix="raise update.rows_ridge, or use rule 'rome'")
+    return d.float()
 
 
 def protected_moment(c: torch.Tensor | None, keys: list[torch.Tensor], weight: float) -> torch.Tensor | None:

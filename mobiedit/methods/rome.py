@@ -9,11 +9,11 @@ import torch
 
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..editing.compute_k import compute_key, row_keys
+from ..editing.compute_k import compute_keys, row_keys
 from ..editing.compute_v import compute_v
 from ..editing.config import ROMEConfig, UpdateConfig, written_layers
 from ..editing.context import EditInputs, build_edit_inputs
-from ..editing.update import null_space_direction, protected_moment, rank_one_factors, solve_c
+from ..editing.update import null_space_direction, protected_moment, rank_one_factors, rows_direction, solve_c
 from .common import EditOutcome, ModelContext, StepFn, module_name
 
 
@@ -29,14 +29,18 @@ class EditKeys:
     direction: torch.Tensor
 
 
-def _direction(ctx: ModelContext, layer: int, k_bar: torch.Tensor, mom2_ridge: float,
+def _direction(ctx: ModelContext, layer: int, k_rows: torch.Tensor, mom2_ridge: float,
                update: UpdateConfig) -> torch.Tensor:
-    """The update direction for key ``k_bar``: ROME's ``C⁻¹k̄`` by default, or AlphaEdit's
-    null-space solve against ``ctx.projector`` and ``ctx.edited_keys``, or (``protect``) ``C⁻¹k̄``
-    with ``ctx.edited_keys`` added to ``C``."""
+    """The update direction for the template keys ``k_rows`` [n, d] (average ``k̄``): ROME's
+    ``C⁻¹k̄`` by default, or AlphaEdit's null-space solve against ``ctx.projector`` and
+    ``ctx.edited_keys``, or (``protect``) ``C⁻¹k̄`` with ``ctx.edited_keys`` added to ``C``, or
+    (``rows``) the least-``C``-norm direction that is 1 at every key of ``k_rows``."""
+    k_bar = k_rows.mean(0)
     if update.rule == "nullspace":
         return null_space_direction(ctx.projector[layer], k_bar, ctx.edited_keys.get(layer, []), update.alpha)
     c = ctx.mom2.get(layer)
+    if update.rule == "rows":
+        return rows_direction(c, k_rows, mom2_ridge, update.rows_ridge)
     if update.rule == "protect":
         c = protected_moment(c, ctx.edited_keys.get(layer, []), update.edited_weight)
     return solve_c(c, k_bar, mom2_ridge)
@@ -46,9 +50,9 @@ def edit_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int, 
               update: UpdateConfig) -> EditKeys:
     """The keys and the update direction of ``req`` on the float model ``lm``
     (:class:`~mobiedit.editing.config.UpdateConfig` picks the direction)."""
-    k_bar, k_cur, out_cur = compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
-                                        req.rewrite_prompt, req.subject)
-    return EditKeys(k_bar, k_cur, out_cur, _direction(ctx, layer, k_bar, mom2_ridge, update))
+    k_rows, k_cur, out_cur = compute_keys(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
+                                          req.rewrite_prompt, req.subject)
+    return EditKeys(k_rows.mean(0), k_cur, out_cur, _direction(ctx, layer, k_rows, mom2_ridge, update))
 
 
 def gains_at(k_rows: torch.Tensor, keys: EditKeys) -> torch.Tensor:
@@ -88,8 +92,8 @@ def search_keys(lm: LoadedModel, ctx: ModelContext, req: EditRequest, layer: int
         keys = edit_keys(lm, ctx, req, layer, mom2_ridge, update)
         return keys, gains_at(k_rows, keys)
     plain = ctx.templates.index("{}")
-    k_bar = k_rows[:inputs.n_rewrite].mean(0)
-    keys = EditKeys(k_bar, k_rows[plain], out_rows[plain], _direction(ctx, layer, k_bar, mom2_ridge, update))
+    rewrite = k_rows[:inputs.n_rewrite]
+    keys = EditKeys(rewrite.mean(0), k_rows[plain], out_rows[plain], _direction(ctx, layer, rewrite, mom2_ridge, update))
     return keys, gains_at(k_rows, keys)
 
 
