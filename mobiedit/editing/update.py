@@ -1,5 +1,5 @@
 """The rank-one update of ROME: ΔW = u wᵀ with u = v* − W k_cur and w = C⁻¹k̄ / (k_cur · C⁻¹k̄),
-the null-space variant of it, the batch solve that meets N such edits at once, and the one write of an update into a weight (:func:`apply_factors`,
+the null-space variant of it, the direction that is exact at every context template's key (``rows``), the batch solve that meets N such edits at once, and the one write of an update into a weight (:func:`apply_factors`,
 used by the session, the journal's replay/undo/bake, verify-after-write and the demo)."""
 from __future__ import annotations
 
