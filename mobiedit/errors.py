@@ -62,3 +62,9 @@ class LoweringError(MobiEditError):
 class FileSystemError(MobiEditError):
     """Reading or writing a path failed (permission, read-only file system, full disk, wrong kind
     of file); ``where`` is the path. See :func:`mobiedit.outputs.named_os_error`."""
+
+
+def one_line(err: BaseException) -> str:
+    """A library error's text on one line, at most 300 characters (for a message that quotes it;
+    the project's own errors are single-line already)."""
+    return " ".join(str(err).split())[:300]

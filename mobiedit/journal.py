@@ -50,9 +50,9 @@ from safetensors.torch import save as st_save
 
 from .atomic import atomic_dir, atomic_write_bytes, atomic_write_text, recover_dir, remove_stale_temps
 from .editing.update import apply_factors  # noqa: F401  (the write's arithmetic; re-exported for callers)
-from .errors import JournalError, NumericalError
+from .errors import JournalError, NumericalError, one_line
 from .families import Family
-from .journal_entry import (RESTORE, JournalEntry, _entry_from_json, _one_line, _record_args,
+from .journal_entry import (RESTORE, JournalEntry, entry_from_json, record_args,
                             factors_name, tensor_sha256)  # (JournalEntry, factors_name, tensor_sha256 re-exported)
 from .journal_lock import LOCK_FILE
 from .jsonio import JSONProblem, loads_strict
@@ -95,7 +95,7 @@ class Journal:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise JournalError(f"cannot read ({_one_line(e)})", where=str(path), fix="check permissions") from None
+            raise JournalError(f"cannot read ({one_line(e)})", where=str(path), fix="check permissions") from None
         journal = cls(folder, cls._parse(text, path))
         for entry in journal._entries:
             journal._factors_bytes(entry)
@@ -115,7 +115,7 @@ class Journal:
             except JSONProblem as e:  # malformed, duplicate key, too many digits, too deep
                 raise JournalError(f"malformed JSON ({e})", where=f"{path}, line {n}",
                                    fix=RESTORE) from None
-            entry = _entry_from_json(obj, f"{path}, line {n}")
+            entry = entry_from_json(obj, f"{path}, line {n}")
             if entries and entry.id <= entries[-1].id:
                 raise JournalError(f"id {entry.id} does not follow {entries[-1].id}",
                                    where=f"{path}, line {n}, field 'id'", fix="ids must strictly increase")
@@ -146,7 +146,7 @@ class Journal:
         try:
             data = path.read_bytes()
         except OSError as e:
-            raise JournalError(f"factors file unreadable ({_one_line(e.strerror or e)})",
+            raise JournalError(f"factors file unreadable ({one_line(e.strerror or e)})",
                                where=f"{where}, field 'factors'", fix=RESTORE) from None
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise JournalError(f"sha256 of {entry.factors} does not match the journal (tampered or corrupt)",
@@ -159,7 +159,7 @@ class Journal:
         try:
             tensors = st_load(self._factors_bytes(entry))
         except Exception as e:  # safetensors raises its own error types for malformed headers
-            raise JournalError(f"factors file is not valid safetensors ({_one_line(e)})",
+            raise JournalError(f"factors file is not valid safetensors ({one_line(e)})",
                                where=f"{where}, field 'factors'", fix=RESTORE) from None
         for key, size in (("u", entry.d_out), ("w", entry.d_in)):
             t = tensors.get(key)
@@ -183,7 +183,7 @@ class Journal:
             with safe_open(str(path), framework="pt") as fh:
                 base = fh.get_tensor(module)
         except Exception as e:  # missing file / key or malformed header
-            raise JournalError(f"cannot read base weight of {module!r} ({_one_line(e)})", where=str(path),
+            raise JournalError(f"cannot read base weight of {module!r} ({one_line(e)})", where=str(path),
                                fix=RESTORE) from None
         if tensor_sha256(base) != rows[0].base_sha256:
             raise JournalError(f"base weight of {module!r} does not match the journal",
@@ -221,7 +221,7 @@ class Journal:
                 with safe_open(str(path), framework="pt") as fh:
                     tensors = {k: fh.get_tensor(k) for k in fh.keys()}
             except Exception as e:  # malformed header / unreadable
-                raise JournalError(f"cannot read ({_one_line(e)})", where=str(path), fix=RESTORE) from None
+                raise JournalError(f"cannot read ({one_line(e)})", where=str(path), fix=RESTORE) from None
         tensors[module] = base.detach().cpu().contiguous().clone()
         atomic_write_bytes(path, st_save(tensors, metadata={"format": "mobiedit-journal-base"}))
 
@@ -234,7 +234,7 @@ class Journal:
         The model is not changed: apply with :func:`apply_factors` or :meth:`bake`. Raises
         JournalError for inconsistent shapes / arguments, NumericalError for non-finite factors.
         """
-        fam, d_out, d_in, factors, extras = _record_args(request, method, family, layer, module_name, u, w,
+        fam, d_out, d_in, factors, extras = record_args(request, method, family, layer, module_name, u, w,
                                                          base_weight, metrics, config)
         apply_factors(base_weight, factors["u"], factors["w"], fam.weight_out_in)  # NumericalError on overflow
         prior = [e for e in self._entries if e.module == module_name]

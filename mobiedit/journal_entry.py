@@ -1,9 +1,9 @@
 """The journal's on-disk entry format: parsing and validation of one entry, no I/O.
 
-One line of ``journal.jsonl`` is a :class:`JournalEntry`; :func:`_entry_from_json` validates a
+One line of ``journal.jsonl`` is a :class:`JournalEntry`; :func:`entry_from_json` validates a
 parsed line (every problem a JournalError naming the field), :func:`factors_name` is the only
 file name an entry may reference, :func:`tensor_sha256` is the bit-exact identity stored as
-``base_sha256``, and :func:`_record_args` checks the arguments of
+``base_sha256``, and :func:`record_args` checks the arguments of
 :meth:`mobiedit.journal.Journal.record` before anything is written. Reading and writing the
 journal folder is :mod:`mobiedit.journal`, which imports these (and re-exports
 :class:`JournalEntry`, :func:`factors_name` and :func:`tensor_sha256`).
@@ -71,12 +71,8 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MODULE = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
 
-def _one_line(err: BaseException) -> str:
-    """A library error's text on one line (messages of the project's errors are single-line)."""
-    return " ".join(str(err).split())[:300]
 
-
-def _entry_from_json(obj: Any, where: str) -> JournalEntry:
+def entry_from_json(obj: Any, where: str) -> JournalEntry:
     """Validate one parsed journal line; every problem is a JournalError naming the field."""
     if not isinstance(obj, dict):
         raise JournalError(f"line is a JSON {type(obj).__name__}, not an object", where=where, fix=RESTORE)
@@ -130,7 +126,7 @@ def _json_ready(value: Any, field: str) -> Any:
                            fix="pass plain dicts of str/int/float/bool/list") from None
 
 
-def _record_args(request: EditRequest | dict, method: str, family: Family | str, layer: int,
+def record_args(request: EditRequest | dict, method: str, family: Family | str, layer: int,
                  module_name: str, u: torch.Tensor, w: torch.Tensor, base_weight: torch.Tensor,
                  metrics: dict | None, config: dict | None
                  ) -> tuple[Family, int, int, dict[str, torch.Tensor], dict[str, Any]]:

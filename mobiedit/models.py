@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from .atomic import recover_dir
-from .errors import ModelLoadError
+from .errors import ModelLoadError, one_line
 from .families import Family, check_supported, family_for
 from .jsonio import JSONProblem, loads_strict
 from .weights_check import check_config_against_weights, check_regular_files
@@ -46,16 +46,13 @@ def read_config(path: str | os.PathLike) -> dict:
     try:
         cfg = loads_strict(cfg_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, JSONProblem) as e:  # malformed, duplicate key, too deep, huge number
-        raise ModelLoadError(f"config.json is not readable JSON ({type(e).__name__}: {_one_line(e)})",
+        raise ModelLoadError(f"config.json is not readable JSON ({type(e).__name__}: {one_line(e)})",
                              where=str(cfg_path), fix="restore the file from the original checkpoint") from None
     if not isinstance(cfg, dict):
         raise ModelLoadError(f"config.json holds a JSON {type(cfg).__name__}, not an object", where=str(cfg_path),
                              fix="restore the file from the original checkpoint")
     return cfg
 
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())[:300]
 
 
 def _check_safe_weights(path: Path) -> None:
@@ -115,7 +112,7 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
         if "ignore_mismatched_sizes" in str(e):  # its text points at a report the CLI never shows
             raise ModelLoadError("weights do not match config.json: tensor shapes differ", where=str(path),
                                  fix="use the config.json that belongs to these weights") from None
-        raise ModelLoadError(f"cannot load ({type(e).__name__}: {_one_line(e)})", where=str(path),
+        raise ModelLoadError(f"cannot load ({type(e).__name__}: {one_line(e)})", where=str(path),
                              fix="check that the folder is a complete, uncorrupted HF checkpoint") from None
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         keys = sorted(str(k) for k in info.get(kind) or ())

@@ -109,7 +109,7 @@ def _problem(req: EditRequest) -> tuple[str, str, str] | None:
     return None
 
 
-def _slot(prompt: str, subject: str) -> tuple[str, str] | None:
+def subject_slot(prompt: str, subject: str) -> tuple[str, str] | None:
     """(template, subject as spelt in prompt): the subject's first occurrence becomes ``{}``.
 
     Verbatim substring first (ROME's rule); else a case-insensitive match that is not inside a
@@ -129,7 +129,7 @@ def _slot(prompt: str, subject: str) -> tuple[str, str] | None:
 
 # ----------------------------------------------------------------------------- record access
 
-class _Rec:
+class Rec:
     """Typed field access to one raw record; every failure names the record and the field."""
 
     def __init__(self, index: int, raw: Any) -> None:
@@ -190,20 +190,20 @@ class _Rec:
         return self.case_id or str(self.index)
 
 
-def _template(rec: _Rec, prompt: str, subject: str, dotted: str) -> tuple[str, str]:
+def _template(rec: Rec, prompt: str, subject: str, dotted: str) -> tuple[str, str]:
     """Turn a flat prompt into a one-slot template; returns (template, subject as spelt in prompt)."""
     if not subject.strip():
         rec.fail("subject", "is empty", "give the subject the edit is about")
     if SLOT in prompt:
         rec.fail(dotted, "already contains '{}'", "remove the braces or use the counterfact_rome form")
-    found = _slot(prompt, subject)
+    found = subject_slot(prompt, subject)
     if found is None:
         rec.fail(dotted, f"does not contain the subject {subject!r}: {prompt!r}",
                  "write the subject verbatim in the prompt or correct 'subject'")
     return found
 
 
-def _answers(rec: _Rec, prompts: list[str], key: str) -> list[str]:
+def _answers(rec: Rec, prompts: list[str], key: str) -> list[str]:
     """The answers under ``key`` (one per neighbour prompt), stripped."""
     answers = rec.texts(rec.raw, key, key, allow_str=True)
     if len(prompts) != len(answers):
@@ -212,7 +212,7 @@ def _answers(rec: _Rec, prompts: list[str], key: str) -> list[str]:
     return [rec.target(a, f"{key}[{i}]") for i, a in enumerate(answers)]
 
 
-def _build(rec: _Rec, **kw: Any) -> EditRequest:
+def _build(rec: Rec, **kw: Any) -> EditRequest:
     """Construct the request, re-raising an invariant violation with the record's location."""
     try:
         return EditRequest(case_id=rec.case_id or str(rec.index), **kw)
@@ -220,7 +220,7 @@ def _build(rec: _Rec, **kw: Any) -> EditRequest:
         raise RequestError(err.message, where=f"record {rec.index}: {err.where}", fix=err.fix) from None
 
 
-def _rome_target(rec: _Rec, rr: dict, key: str, required: bool) -> str | None:
+def _rome_target(rec: Rec, rr: dict, key: str, required: bool) -> str | None:
     """``requested_rewrite[key]["str"]`` (a plain string is accepted too), stripped."""
     dotted = f"requested_rewrite.{key}"
     value = rec.get(rr, key, dotted, (dict, str), required)
@@ -230,7 +230,7 @@ def _rome_target(rec: _Rec, rr: dict, key: str, required: bool) -> str | None:
     return rec.target(value, dotted)
 
 
-def _from_rome(rec: _Rec) -> EditRequest:
+def _from_rome(rec: Rec) -> EditRequest:
     rec.take_case_id()
     rr = rec.get(rec.raw, "requested_rewrite", "requested_rewrite", dict)
     prompt = rec.text(rr, "prompt", "requested_rewrite.prompt")
@@ -256,7 +256,7 @@ def _from_rome(rec: _Rec) -> EditRequest:
                   source="counterfact_rome")
 
 
-def _zsre_true(rec: _Rec) -> str:
+def _zsre_true(rec: Rec) -> str:
     """EasyEdit's zsRE ground truth: ``answers[0]``."""
     answers = rec.get(rec.raw, "answers", "answers", list)
     if not answers or not isinstance(answers[0], str):
@@ -265,7 +265,7 @@ def _zsre_true(rec: _Rec) -> str:
     return rec.target(answers[0], "answers[0]")
 
 
-def _flat_like(rec: _Rec, keys: tuple[str, str, str, str, str], source: str) -> EditRequest:
+def _flat_like(rec: Rec, keys: tuple[str, str, str, str, str], source: str) -> EditRequest:
     """Shared reader of the flat formats; ``keys`` = (prompt, target_new, paraphrase, neighbour
     prompt, neighbour answer) field names; target_true is ``ground_truth`` or zsRE's answers[0]."""
     k_prompt, k_new, k_para, k_loc, k_ans = keys
@@ -284,16 +284,16 @@ def _flat_like(rec: _Rec, keys: tuple[str, str, str, str, str], source: str) -> 
                   source=source)
 
 
-def _from_flat(rec: _Rec) -> EditRequest:
+def _from_flat(rec: Rec) -> EditRequest:
     keys = ("prompt", "target_new", "rephrase_prompt", "locality_prompt", "locality_ground_truth")
     return _flat_like(rec, keys, "counterfact_flat")
 
 
-def _from_zsre(rec: _Rec) -> EditRequest:
+def _from_zsre(rec: Rec) -> EditRequest:
     return _flat_like(rec, ("src", "alt", "rephrase", "loc", "loc_ans"), "zsre")
 
 
-_PARSERS: dict[str, Callable[[_Rec], EditRequest]] = {
+PARSERS: dict[str, Callable[[Rec], EditRequest]] = {
     "counterfact_rome": _from_rome, "counterfact_flat": _from_flat, "zsre": _from_zsre}
 
 

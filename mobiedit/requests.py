@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from .atomic import atomic_write_text
 from .errors import RequestError
 from .jsonio import DuplicateKeyError, JSONProblem, loads_strict
-from .request_record import (FORMATS, SLOT, EditRequest, _PARSERS, _Rec, _slot,  # EditRequest: re-exported
+from .request_record import (FORMATS, SLOT, EditRequest, PARSERS, Rec, subject_slot,  # EditRequest: re-exported
                              detect_format)
 
 log = logging.getLogger(__name__)
@@ -123,8 +123,8 @@ def load_requests(path_or_records: str | os.PathLike | Sequence[Any], fmt: str =
     errors: list[RequestError] = []
     for i, raw in enumerate(records):
         try:
-            rec = _Rec(i, raw)
-            req = _PARSERS[fmt](rec)
+            rec = Rec(i, raw)
+            req = PARSERS[fmt](rec)
             if req.case_id in seen:
                 rec.fail("case_id", f"duplicates record {seen[req.case_id]}", "give each record a unique id")
         except RequestError as err:
@@ -163,11 +163,11 @@ def requests_from_cli(subject: str, prompt: str, target_new: str,
                            where="command line, --target-true", fix="pass text or omit the option")
     if prompt.count(SLOT) == 1:
         template = prompt
-    elif SLOT in prompt or _slot(prompt, subject) is None:
+    elif SLOT in prompt or subject_slot(prompt, subject) is None:
         raise RequestError(f"must contain the subject {subject!r} or exactly one '{{}}' slot",
                            where="command line, --prompt", fix="write the subject (or one {}) in the prompt")
     else:
-        template, subject = _slot(prompt, subject)
+        template, subject = subject_slot(prompt, subject)
     return [EditRequest(case_id="cli", prompt=template, subject=subject, target_new=target_new.strip(),
                         target_true=target_true.strip() if target_true else None, source="cli")]
 

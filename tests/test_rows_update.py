@@ -49,7 +49,7 @@ def test_rows_direction_tends_to_rome_with_a_large_ridge():
 
 
 def test_rows_ridge_names_the_field():
-    for bad in (0.0, -1.0, float("nan"), float("inf"), "0.1"):
+    for bad in (0.0, -1.0, float("nan"), float("inf"), "0.1", True):
         with pytest.raises(ConfigError) as e:
             UpdateConfig(rule="rows", rows_ridge=bad)
         assert "update.rows_ridge" in str(e.value)

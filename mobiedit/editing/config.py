@@ -124,7 +124,7 @@ class UpdateConfig:
         if not self.edited_weight > 0:
             raise ConfigError(f"edited_weight={self.edited_weight} must be > 0", where="update.edited_weight",
                               fix="e.g. 1.0 (relative to the key statistics C)")
-        if not (isinstance(self.rows_ridge, (int, float)) and math.isfinite(self.rows_ridge) and self.rows_ridge > 0):
+        if isinstance(self.rows_ridge, bool) or not (isinstance(self.rows_ridge, (int, float)) and math.isfinite(self.rows_ridge) and self.rows_ridge > 0):
             raise ConfigError(f"rows_ridge={self.rows_ridge!r} must be a finite number > 0", where="update.rows_ridge",
                               fix="e.g. 1e-2 (relative to the mean diagonal of KᵀC⁻¹K)")
         if not self.alpha > 0:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ..atomic import atomic_path
 from ..digest import update_with_file
-from ..errors import NumericalError
+from ..errors import NumericalError, one_line
 from ..families import Family, get_module
 from ..hooks import record
 from ..paths import cache_root
@@ -99,7 +99,7 @@ def _read_cached(path: Path) -> torch.Tensor | None:
         c = load_file(path)["mom2"]
     except (SafetensorError, KeyError, OSError, ValueError) as e:
         log.warning("cached key statistics %s are unreadable (%s); recomputing", path.name,
-                    " ".join(str(e).split()) or type(e).__name__)
+                    one_line(e) or type(e).__name__)
         return None
     if c.ndim != 2 or c.shape[0] != c.shape[1] or not bool(torch.isfinite(c).all()):
         log.warning("cached key statistics %s are not a finite square matrix (shape %s); recomputing",
