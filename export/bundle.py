@@ -209,13 +209,21 @@ def _manifest(prep, cfg: ExportConfig, programs: dict, special: dict, checks: di
         "special_tokens": special,
         "programs": programs,
         "edit": {"templates": prep.templates, "objective": asdict(cfg.edit.objective), "mom2": cfg.edit.mom2,
-                 "ridge": cfg.edit.ridge, "weight_out_in": prep.lm.family.weight_out_in},
+                 "ridge": cfg.edit.ridge, "weight_out_in": prep.lm.family.weight_out_in,
+                 "update": {"rule": cfg.edit.update_rule, "rows_ridge": cfg.edit.rows_ridge}},
         "checks": checks,
     }
 
 
 _REQUIRED = ("format_version", "runtime", "model_family", "edit_layer", "edit_module", "dims", "shapes", "slots",
              "special_tokens", "programs", "edit", "files")
+
+
+def update_of(manifest: dict) -> tuple[str, float]:
+    """The write rule of a manifest :func:`read_manifest` accepted: ``edit.update``'s ``rule`` and
+    ``rows_ridge`` (absent in bundles exported before session 28: ROME's direction)."""
+    u = manifest["edit"].get("update") or {}
+    return u.get("rule", "rome"), float(u.get("rows_ridge", 1e-2))
 
 
 def read_manifest(path: Path) -> dict:

@@ -41,6 +41,9 @@ def register(subparsers) -> None:
     sp.add_argument("--recipe", help="edit.recipe: the search the bundle's hosts run — fzoo (default, the "
                                      "shipped one) | fzoo-grad (coordinate directions, steps sized by the "
                                      "whole gradient; docs/zo_spec.md §2)")
+    sp.add_argument("--update-rule", choices=("rome", "rows"),
+                    help="edit.update_rule: the write every host computes — rome (default, C^-1 k̄) | rows "
+                         "(exact at every rewrite row's key; docs/bundle_format.md)")
     sp.set_defaults(fn=cmd_export)
 
     sp = subparsers.add_parser("run", help="generate from a bundle alone (active journal edits applied)")
@@ -114,6 +117,7 @@ def config_from_args(args: argparse.Namespace, model_dir=None):
     put("edit", "layer", args.layer)
     put("edit", "seed", args.seed)
     put("edit", "recipe", getattr(args, "recipe", None))
+    put("edit", "update_rule", getattr(args, "update_rule", None))
     put("edit", "mom2", False if args.no_mom2 else None)
     return merge(with_profile(default_export_config(args.runtime), model_dir, "edit"), over)
 

@@ -6,6 +6,8 @@ exportable. Cross-section rules (scheme vs runtime) are checked by :class:`Expor
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, field
 
 from mobiedit.errors import ConfigError
@@ -168,6 +170,9 @@ class EditSetup:
     stats_limit: use at most this many texts of the statistics corpus (0 = all).
     recipe: the search the bundle's hosts run, a name of :data:`mobiedit.recipes.BUNDLE_RECIPES`
     (``fzoo``, the shipped one; ``fzoo-grad``: coordinate directions sized by the whole gradient).
+    update_rule: the write every host computes (manifest ``edit.update``): ``rome`` (``C⁻¹k̄``) or
+    ``rows`` (exact at every rewrite row's key, ``update.rule: rows`` of the eager path), with
+    ``rows_ridge``.
     """
 
     layer: int | None = None
@@ -178,8 +183,20 @@ class EditSetup:
     ridge: float = 1e-4
     stats_limit: int = 0
     recipe: str = "fzoo"
+    update_rule: str = "rome"
+    rows_ridge: float = 1e-2
 
     def __post_init__(self) -> None:
+        from mobiedit.editing.update import BUNDLE_UPDATE_RULES
+
+        if self.update_rule not in BUNDLE_UPDATE_RULES:
+            raise ConfigError(f"unknown update rule {str(self.update_rule)[:40]!r}", where="ExportConfig.edit.update_rule",
+                              fix=f"use one of {', '.join(BUNDLE_UPDATE_RULES)} (the sequential rules need "
+                                  "the applied edits' keys, which a bundle does not keep)")
+        if isinstance(self.rows_ridge, bool) or not (isinstance(self.rows_ridge, (int, float))
+                                                     and math.isfinite(self.rows_ridge) and self.rows_ridge > 0):
+            raise ConfigError(f"must be a finite number > 0, got {self.rows_ridge!r}",
+                              where="ExportConfig.edit.rows_ridge", fix="e.g. 1e-2 (as update.rows_ridge)")
         if self.layer is not None:
             _int("edit", "layer", self.layer, 0)
         _int("edit", "stats_limit", self.stats_limit, 0)

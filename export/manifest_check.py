@@ -9,7 +9,7 @@ reads, so that nothing later fails with ``KeyError`` / ``TypeError`` or allocate
 * ``programs.<role>``: ``file`` listed, ``method`` a name or null, ``inputs`` / ``outputs`` lists
   of names;
 * ``special_tokens``: ids in ``[0, vocab_size)`` or null; ``edit``: templates with a ``{}`` slot,
-  a known objective, booleans and a finite ridge; ``files``: sha256 hex and sizes; ``chat``;
+  a known objective, booleans, a finite ridge and (optional) the write rule ``update``; ``files``: sha256 hex and sizes; ``chat``;
 * ``recipe`` (optional: bundles exported before it was written have none): the edit recipe,
   checked by :func:`mobiedit.export.recipe.check_recipe`.
 
@@ -161,6 +161,18 @@ def _edit(m: dict, where: str) -> None:
     ridge = edit.get("ridge", 0.0)
     if not isinstance(ridge, (int, float)) or isinstance(ridge, bool) or not math.isfinite(ridge) or ridge < 0:
         _fail(where, "edit.ridge", "must be a finite number >= 0")
+    if "update" in edit:  # optional: bundles exported before session 28 write ROME's direction
+        from mobiedit.editing.update import BUNDLE_UPDATE_RULES
+
+        upd = _obj(where, "edit.update", edit["update"])
+        for key in upd:
+            if key not in ("rule", "rows_ridge"):
+                _fail(where, f"edit.update.{str(key)[:40]}", "unknown field")
+        if upd.get("rule", "rome") not in BUNDLE_UPDATE_RULES:
+            _fail(where, "edit.update.rule", f"must be one of {', '.join(BUNDLE_UPDATE_RULES)}")
+        r = upd.get("rows_ridge", 1e-2)
+        if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r) or r <= 0:
+            _fail(where, "edit.update.rows_ridge", "must be a finite number > 0")
 
 
 def validate_sections(m: dict, where: str) -> None:

@@ -7,7 +7,9 @@ No HF model is built here: programs run in the bundle's runtime, text goes throu
 * :func:`edit_bundle`: per request, the ``prefix`` program computes the edit's state (with the
   current slots, so edits compose), :func:`mobiedit.driver.search_value` (the search every host
   runs) searches the value delta through the ``edit`` program, and ROME's factors ``u = v* − W k``, ``w = C⁻¹k̄ / (k·C⁻¹k̄)`` (keys from
-  the prefix program, C⁻¹ from keystats) are appended to the journal atomically.
+  the prefix program, C⁻¹ from keystats; with the manifest's ``edit.update.rule`` ``rows``, the
+  direction that is exact at every rewrite row's key, :func:`mobiedit.editing.update.bundle_direction`)
+  are appended to the journal atomically.
 * :func:`undo_bundle_edit`: marks a journal edit undone (its slot empties on the next run).
 """
 from __future__ import annotations
@@ -30,11 +32,12 @@ from mobiedit.ladder import climb, needs_ladder, sequential_ladder, warm_start
 from mobiedit.requests import EditRequest
 from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.editing.context import build_edit_inputs
+from mobiedit.editing.update import bundle_direction
 from mobiedit.recipes import EditRecipe, SuccessCriterion, check_fraction, check_nll
 from mobiedit.zo import ZOConfig
 from mobiedit.zo.rank_one import rank_one_factors
 
-from .bundle import JOURNAL, Bundle, load_bundle
+from .bundle import JOURNAL, Bundle, load_bundle, update_of
 from .generate import CacheShape, greedy_tokens
 from .packing import EDIT_INPUTS, edit_feed, pack_edit
 from .recipe import Recipe, recipe_of
@@ -154,7 +157,8 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     graph = EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed)
     v_init = pout["values"][0]
     keys = pout["keys"]
-    c = keystats["c_inv"] @ keys[: packed.n_rewrite].mean(0)
+    rule, rows_ridge = update_of(m)
+    c = bundle_direction(keystats["c_inv"], keys[: packed.n_rewrite], rule, rows_ridge)
     says = says_rule(packed, success_fraction)
     verdicts: dict[bytes, bool | None] = {}  # the written verdict per delta checked (the last one is reused)
 

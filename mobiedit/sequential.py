@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoints", type=int, nargs="*", default=list(DEFAULT_CHECKPOINTS),
                    help="edit counts to score at (capped at --n, which is always one)")
     p.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
+    p.add_argument("--offset", type=int, default=0,
+                   help="skip this many requests first (a held-out sequence; the probe follows the edits)")
     p.add_argument("--force", action="store_true", help="apply edits that missed their success criterion")
     p.add_argument("--undo", type=int, default=10, help="random undos to check per row")
     p.add_argument("--probe", type=int, default=20, help="never-edited requests for the drift probe")
@@ -62,7 +64,7 @@ def _settings(args, model_dir: Path):
     """The run's :class:`~mobiedit.sequential_run.SeqSettings` from the parsed arguments.
 
     Raises:
-        ConfigError: ``--n`` below 1, negative ``--undo`` / ``--probe`` / ``--ppl-tokens``.
+        ConfigError: ``--n`` below 1, negative ``--undo`` / ``--probe`` / ``--ppl-tokens`` / ``--offset``.
     """
     from .errors import ConfigError
     from .requests import bundled_path
@@ -71,13 +73,14 @@ def _settings(args, model_dir: Path):
 
     if args.n < 1:
         raise ConfigError(f"must be >= 1, got {args.n}", where="--n", fix="edit at least one request")
-    for flag, value in (("--undo", args.undo), ("--probe", args.probe), ("--ppl-tokens", args.ppl_tokens)):
+    for flag, value in (("--undo", args.undo), ("--probe", args.probe), ("--ppl-tokens", args.ppl_tokens),
+                        ("--offset", args.offset)):
         if value < 0:
             raise ConfigError(f"must be >= 0, got {value}", where=flag, fix="pass 0 or more")
     req = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
     return SeqSettings(model_dir, edit_layer_for(model_dir, args.layer), req, args.n,
                        checkpoint_marks(args.checkpoints, args.n), args.seed, args.force, args.undo, args.probe,
-                       args.ppl_tokens)
+                       args.ppl_tokens, args.offset)
 
 
 def cmd_sequential(args) -> int:
@@ -132,7 +135,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
                    checkpoints: Sequence[int] = DEFAULT_CHECKPOINTS, *, requests: str | Path | None = None,
                    seed: int = 0, force: bool = False, n_undo: int = 10, probe: int = 20,
                    work: str | Path | None = None, progress: bool = False, config: str | None = None,
-                   ppl_tokens: int = 2048) -> dict:
+                   ppl_tokens: int = 2048, offset: int = 0) -> dict:
     """One row of ``method`` (with ``config``; the sequential ladder unless it names one) in this
     process: the result dict of :func:`mobiedit.sequential_run.run_row` (table, per-edit records,
     undo check). ``force`` applies edits that missed their success criterion."""
@@ -148,7 +151,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
     row = rows_from_args(None, method, config)[0]
     s = SeqSettings(model_dir, edit_layer_for(model_dir, layer),
                     Path(requests) if requests else bundled_path("counterfact-edit-1k.json"), n_edits,
-                    checkpoint_marks(checkpoints, n_edits), seed, force, n_undo, probe, ppl_tokens)
+                    checkpoint_marks(checkpoints, n_edits), seed, force, n_undo, probe, ppl_tokens, offset)
     cfg = row_config(row, s.layer, seed, model_dir, n_edits)
     return {"row": row.name, **run_row(open_baseline(s), cfg, s, label=row.name, progress=progress, work=work)}
 

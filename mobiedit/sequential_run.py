@@ -4,7 +4,7 @@ bit-exact undo (docs/reliability.md, "Sequential editing").
 
 :func:`open_baseline` loads the model once and measures what every row compares against (the
 unedited model's neighbour answers, probe accuracy, perplexity). :func:`run_row` then edits the
-first ``n_edits`` requests in order in one :class:`~mobiedit.session.EditSession` (each edit sees
+``n_edits`` requests after the first ``offset`` in order in one :class:`~mobiedit.session.EditSession` (each edit sees
 the model left by the previous ones, exactly as ``mobiedit edit`` does), journaling every applied
 edit. At each checkpoint it scores, with :mod:`mobiedit.evaluate` and :mod:`mobiedit.ability`,
 
@@ -63,6 +63,7 @@ class SeqSettings:
     n_undo: int = 10
     probe: int = 20
     ppl_tokens: int = 2048
+    offset: int = 0  # requests skipped before the first edit (a held-out sequence of the same file)
 
     def identity(self) -> dict[str, Any]:
         """What a row's result depends on besides its config (a saved row is reused only when equal)."""
@@ -70,7 +71,8 @@ class SeqSettings:
 
         return {"model": str(Path(self.model_dir).resolve()), "requests_sha256": files_sha256([self.requests]),
                 "n": self.n_edits, "checkpoints": list(self.marks), "seed": self.seed, "force": self.force,
-                "undo": self.n_undo, "probe": self.probe, "ppl_tokens": self.ppl_tokens}
+                "undo": self.n_undo, "probe": self.probe, "ppl_tokens": self.ppl_tokens,
+                **({"offset": self.offset} if self.offset else {})}
 
 
 @dataclass
@@ -115,11 +117,13 @@ def open_baseline(s: SeqSettings) -> Baseline:
     from .session import check_fits
 
     all_reqs = load_requests(s.requests)
-    if len(all_reqs) < s.n_edits:
-        raise ConfigError(f"only {len(all_reqs)} requests for {s.n_edits} edits", where="--n",
-                          fix="pass fewer edits or a larger --requests file")
+    if len(all_reqs) < s.offset + s.n_edits:
+        raise ConfigError(f"only {len(all_reqs)} requests for {s.n_edits} edits after the first {s.offset}",
+                          where="--offset" if s.offset else "--n",
+                          fix="pass fewer edits, a smaller --offset or a larger --requests file")
     lm = load_model(s.model_dir)
-    edits, probes = all_reqs[:s.n_edits], all_reqs[s.n_edits:s.n_edits + s.probe]
+    first = s.offset + s.n_edits
+    edits, probes = all_reqs[s.offset:first], all_reqs[first:first + s.probe]
     check_fits(lm, edits + probes)
     tok = lm.tokenizer
     ability = None

@@ -75,3 +75,27 @@ def test_rows_rule_writes_the_searched_delta_at_every_template_key(tiny_llama_di
     assert torch.equal(outs["rome"].delta, outs["rows"].delta)
     assert outs["rows"].write["write_error_templates_max"] < 1e-2 < outs["rome"].write["write_error_templates_max"]
     assert outs["rows"].write["write_error_plain"] < 1e-3
+
+
+def test_rows_protect_is_exact_at_the_templates_and_holds_the_applied_keys_still():
+    """``rows-protect``: still 1 at every template key of this edit (its searched δ written there),
+    and as ``edited_weight`` grows the applied edits' keys get less of the change (``wᵀk_p`` → 0);
+    with no applied edit it is the ``rows`` direction."""
+    from mobiedit.methods.common import ModelContext
+    from mobiedit.methods.rome import _direction
+
+    c, keys = _case(seed=2)
+    g = torch.Generator().manual_seed(5)
+    prior = [keys.mean(0) + 0.8 * torch.randn(keys.shape[1], generator=g) for _ in range(3)]
+    rows = UpdateConfig(rule="rows", rows_ridge=1e-9)
+    assert torch.allclose(_direction(ModelContext(templates=[], mom2={0: c}), 0, keys, 1e-9, rows),
+                          _direction(ModelContext(templates=[], mom2={0: c}), 0, keys,
+                                     1e-9, UpdateConfig(rule="rows-protect", rows_ridge=1e-9)))
+    ctx = ModelContext(templates=[], mom2={0: c}, edited_keys={0: prior})
+    free = _direction(ctx, 0, keys, 1e-9, rows)
+    moved = [float((torch.stack(prior) @ free).abs().max())]
+    for weight in (1.0, 100.0):
+        w = _direction(ctx, 0, keys, 1e-9, UpdateConfig(rule="rows-protect", rows_ridge=1e-9, edited_weight=weight))
+        assert torch.allclose(keys @ w, torch.ones(keys.shape[0]), atol=1e-3)
+        moved.append(float((torch.stack(prior) @ w).abs().max()))
+    assert moved[0] > moved[1] > moved[2]

@@ -222,3 +222,27 @@ def test_a_batch_row_solves_its_edits_together_and_undoes_bit_exactly(run, small
     applied = [r for r in row["edits"] if r["applied"]]
     assert applied and applied[0]["moves_earlier_max"] is None and all(r["moves_earlier_max"] is not None for r in applied[1:])
     assert "rome@3" in capsys.readouterr().out
+
+
+def test_offset_edits_a_later_slice_and_is_part_of_the_identity(run, small_fact_lm, tmp_path, capsys):
+    """``--offset 2``: the edits are the file's requests 3 and 4 (the probe the one after them), the
+    row's identity records the offset; an offset that leaves too few requests, or a negative one,
+    is one line naming ``--offset`` and writes nothing."""
+    from mobiedit.cli import main
+
+    args = _args(small_fact_lm, run.requests, tmp_path / "o")
+    args[args.index("--n") + 1] = "2"
+    args[args.index("rome-plain,rome")] = "rome-plain"
+    args[args.index("--probe") + 1] = "1"
+    args[args.index("--checkpoints") + 1: args.index("--checkpoints") + 3] = ["2"]
+    assert main(["--quiet", "sequential", *args, "--offset", "2"]) == 0
+    (row,) = json.loads((tmp_path / "o" / "sequential.json").read_text())["rows"]
+    records = json.loads(run.requests.read_text())
+    assert [r["case_id"] for r in row["edits"]] == [str(records[i]["case_id"]) for i in (2, 3)]
+    assert row["identity"]["offset"] == 2 and "offset" not in run.doc["rows"][0]["identity"]
+    capsys.readouterr()
+    for bad in ("4", "-1"):
+        assert main(["--quiet", "sequential", *args, "--offset", bad, "--out", str(tmp_path / bad)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--offset" in err[0], err
+        assert not (tmp_path / bad).exists()

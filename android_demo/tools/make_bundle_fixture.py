@@ -12,7 +12,8 @@ app/src/test/resources/fixtures/exported_bundle/:
   tokenizer.json, keystats.safetensors, journal/journal.jsonl   as exported (checksums unchanged)
   program_io.json        what the real model.pte declares: per method, dtype and shape of each
                          input and output (ExecuTorch MethodMeta), and the original file's sha256
-  edit_case.json         one edit through the exporter's host code and the real programs:
+  edit_case.json         one edit through the exporter's host code and the real programs
+                         (with ``c_rows``: the direction of the ``rows`` write rule on the same keys):
                          mobiedit.export.packing.pack_edit's feeds, the prefix program's keys /
                          values (ExecuTorch), wd_scale, C^-1 k_bar and the rank-one factors of
                          mobiedit.export.ops for a given delta; the edit method's losses and
@@ -54,6 +55,7 @@ EXPORT_ARGS = ["--quant", "8da8w", "--layer", "1", "--max-seq-len", "64", "--pre
                "--slots", "2", "--edit-k", "5", "--edit-rows", "22", "--edit-suffix", "32",
                "--edit-prefix", "64", "--edit-targets", "256", "--edit-kl", "1", "--stats-limit", "200"]
 REQUEST = ("Danielle Darrieux", "The mother tongue of {} is", "English")
+ROWS_RIDGE = 1e-2  # the rows write rule's direction is checked at the exporter's default ridge
 PLACEHOLDER = b"placeholder for the exported model.pte (see program_io.json); not loadable\n"
 
 
@@ -122,6 +124,7 @@ def edit_case(bundle_dir: Path) -> dict:
     from mobiedit.editing.config import ObjectiveConfig
     from mobiedit.editing.context import build_edit_inputs
     from mobiedit.zo.rank_one import rank_one_factors
+    from mobiedit.editing.update import bundle_direction
 
     b = load_bundle(bundle_dir)
     m = b.manifest
@@ -137,7 +140,8 @@ def edit_case(bundle_dir: Path) -> dict:
     d = v_init.shape[0]
     g = torch.Generator().manual_seed(1)
     delta = (torch.randn(d, generator=g) * 0.1 * float(v_init.norm()) / math.sqrt(d)).float()
-    c = b.keystats()["c_inv"] @ keys[: packed.n_rewrite].mean(0)
+    c = bundle_direction(b.keystats()["c_inv"], keys[: packed.n_rewrite])
+    c_rows = bundle_direction(b.keystats()["c_inv"], keys[: packed.n_rewrite], "rows", ROWS_RIDGE)
     u, w = rank_one_factors(keys[0].numpy(), (v_init + delta).numpy(), v_init.numpy(), c.numpy())
     K = m["shapes"]["edit_K"]
     deltas = torch.zeros(K, d)
@@ -151,6 +155,7 @@ def edit_case(bundle_dir: Path) -> dict:
         "static_feed": {k: tensor(v, v.numel() <= 1024) for k, v in packed.static_feed.items()},
         "prefix_outputs": {k: tensor(v, k in ("keys", "values")) for k, v in pout.items()},
         "wd_scale": tensor(feed["wd_scale"], True), "c": tensor(c.to(f32), True),
+        "c_rows": tensor(c_rows.to(f32), True), "rows_ridge": ROWS_RIDGE,
         "delta": tensor(delta, True), "u": tensor(torch.from_numpy(u).to(f32), True),
         "w": tensor(torch.from_numpy(w).to(f32), True),
         "edit_losses": eout["losses"].tolist(), "edit_correct": eout["correct"].tolist(),

@@ -45,7 +45,7 @@ class ObjectiveConfig:
                               fix="e.g. '{} is a'")
 
 
-UPDATE_RULES = ("rome", "nullspace", "protect", "rows")
+UPDATE_RULES = ("rome", "nullspace", "protect", "rows", "rows-protect")
 KEY_SOURCES = ("served", "search")
 
 
@@ -79,6 +79,9 @@ class UpdateConfig:
       mean(diag KᵀC⁻¹K)``. The written update then adds the searched ``δ`` at each template row's
       key, not ``δ·(wᵀk_i)``; a large ``rows_ridge`` gives back ROME's ``C⁻¹k̄``. Eager path only
       (a bundle's recipe writes ROME's direction).
+    * ``rows-protect`` — ``rows`` with ``protect``'s normal matrix ``C + edited_weight · K_p K_pᵀ``:
+      exact at every template key of this edit, the least change to natural text's keys and to
+      the applied edits' keys (sequential editing, issue 16). Eager path only.
     Either way ``w`` is normalised so that the plain prompt's key gets exactly ``v*`` (ROME's
     normalisation; AlphaEdit's own solve leaves the target short by ``α``). At another row's key
     ``k_i`` the written update adds ``δ·(wᵀk_i)``, not ``δ``: ``written_gain`` makes the value

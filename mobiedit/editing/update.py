@@ -30,8 +30,16 @@ def rows_direction(c: torch.Tensor | None, keys: torch.Tensor, mom2_ridge: float
     one subject in several contexts are close to collinear; ρ → ∞ gives a multiple of ROME's
     ``C⁻¹k̄``). Float64 inside, float32 out; NumericalError on a non-finite result."""
     k = keys.double().reshape(keys.shape[0], -1)
-    ck = solve_c(c, k.T.contiguous(), mom2_ridge).double()  # [d, n]
-    gram = k @ ck
+    return rows_combine(solve_c(c, k.T.contiguous(), mom2_ridge), k, rows_ridge)
+
+
+def rows_combine(ck: torch.Tensor, keys: torch.Tensor, rows_ridge: float) -> torch.Tensor:
+    """The ``rows`` direction from ``ck`` = C⁻¹Kᵀ [d, n] (each key through the inverse statistics)
+    and ``keys`` [n, d]: ``ck (K·ck + ρ I)⁻¹ 1``. The one definition of the rule's combination: the
+    eager path (:func:`rows_direction`, C⁻¹ by a solve) and the bundle path (:func:`bundle_direction`,
+    the shipped C⁻¹) call it; the app's ``KeyStats.rowsDirection`` is its Java transcription."""
+    ck = ck.double()
+    gram = keys.double().reshape(keys.shape[0], -1) @ ck
     rho = rows_ridge * torch.diagonal(gram).mean()
     a = torch.linalg.solve(gram + rho * torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device),
                            torch.ones(gram.shape[0], dtype=gram.dtype, device=gram.device))
@@ -40,6 +48,21 @@ def rows_direction(c: torch.Tensor | None, keys: torch.Tensor, mom2_ridge: float
         raise NumericalError("non-finite direction from the template keys", where="update.rule rows",
                              fix="raise update.rows_ridge, or use rule 'rome'")
     return d.float()
+
+
+#: the write rules a bundle can ship (manifest ``edit.update.rule``; the sequential rules need the
+#: applied edits' keys, which a bundle's journal does not keep)
+BUNDLE_UPDATE_RULES = ("rome", "rows")
+
+
+def bundle_direction(c_inv: torch.Tensor, rewrite_keys: torch.Tensor, rule: str = "rome",
+                     rows_ridge: float = 1e-2) -> torch.Tensor:
+    """The update direction of a bundle edit from the shipped ``c_inv`` [d, d] and the prefix
+    program's rewrite-row keys [n, d] (row 0 the plain prompt): ``rome`` — ``C⁻¹k̄``; ``rows`` —
+    :func:`rows_combine` of ``C⁻¹Kᵀ``. ``rank_one_factors`` normalises it at the plain key."""
+    if rule == "rows":
+        return rows_combine(c_inv.double() @ rewrite_keys.double().T, rewrite_keys, rows_ridge)
+    return c_inv @ rewrite_keys.mean(0)
 
 
 def protected_moment(c: torch.Tensor | None, keys: list[torch.Tensor], weight: float) -> torch.Tensor | None:

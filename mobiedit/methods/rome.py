@@ -34,15 +34,16 @@ def _direction(ctx: ModelContext, layer: int, k_rows: torch.Tensor, mom2_ridge: 
     """The update direction for the template keys ``k_rows`` [n, d] (average ``k̄``): ROME's
     ``C⁻¹k̄`` by default, or AlphaEdit's null-space solve against ``ctx.projector`` and
     ``ctx.edited_keys``, or (``protect``) ``C⁻¹k̄`` with ``ctx.edited_keys`` added to ``C``, or
-    (``rows``) the least-``C``-norm direction that is 1 at every key of ``k_rows``."""
+    (``rows``) the least-``C``-norm direction that is 1 at every key of ``k_rows``, or
+    (``rows-protect``) that direction with ``ctx.edited_keys`` added to ``C``."""
     k_bar = k_rows.mean(0)
     if update.rule == "nullspace":
         return null_space_direction(ctx.projector[layer], k_bar, ctx.edited_keys.get(layer, []), update.alpha)
     c = ctx.mom2.get(layer)
-    if update.rule == "rows":
-        return rows_direction(c, k_rows, mom2_ridge, update.rows_ridge)
-    if update.rule == "protect":
+    if update.rule in ("protect", "rows-protect"):
         c = protected_moment(c, ctx.edited_keys.get(layer, []), update.edited_weight)
+    if update.rule in ("rows", "rows-protect"):
+        return rows_direction(c, k_rows, mom2_ridge, update.rows_ridge)
     return solve_c(c, k_bar, mom2_ridge)
 
 

@@ -254,14 +254,26 @@ public final class EditRunner {
         return status;
     }
 
-    /** ROME factors for v* = out_cur + delta at k_cur, direction C^-1 k̄ (native rank_one). */
+    /**
+     * ROME factors for v* = out_cur + delta at k_cur (native rank_one), in the direction of the
+     * manifest's write rule: C^-1 k̄, or with "rows" the direction exact at every rewrite row's key.
+     */
     float[][] factors(PrefixState st, float[] delta) {
         int d = delta.length;
         float[] vStar = new float[d];
         for (int i = 0; i < d; i++) {
             vStar[i] = st.outCur[i] + delta[i];
         }
-        float[] c = keys.solve(st.kBar);
+        float[] c;
+        if (Manifest.EditSetup.RULE_ROWS.equals(manifest.edit.updateRule)) {
+            if (st.rewriteKeys == null) {
+                throw new MobiEditError("the prefix state has no rewrite-row keys", "edit.update.rule rows",
+                    "build the state with PrefixState.fromKeysValues");
+            }
+            c = keys.rowsDirection(st.rewriteKeys, st.nRewrite, manifest.edit.rowsRidge);
+        } else {
+            c = keys.solve(st.kBar);
+        }
         float[] u = new float[d];
         float[] w = new float[st.kCur.length];
         NativeEngine.rankOne(st.kCur, vStar, st.outCur, c, u, w);

@@ -85,6 +85,96 @@ public final class KeyStats {
         return baseWeight;
     }
 
+    /**
+     * The "rows" write rule's direction (docs/zo_spec.md §5; mobiedit.editing.update.rows_combine,
+     * the same arithmetic): for the keys K [n, d_in] (row-major {@code keys}), CK = C^-1 K^T,
+     * G = K CK, rho = ridge * mean(diag G), (G + rho I) a = 1 solved with partial pivoting in
+     * double, c = CK a — the direction that is 1 at every key with the least C-norm.
+     */
+    public float[] rowsDirection(float[] keys, int n, double ridge) {
+        if (n < 1 || keys == null || keys.length != n * dIn) {
+            throw new MobiEditError("rows rule: " + n + " keys of " + dIn + " do not match "
+                + (keys == null ? "none" : keys.length + " values"), "KeyStats.rowsDirection",
+                "pass the prefix program's rewrite-row keys");
+        }
+        double[][] ck = new double[n][dIn];
+        for (int j = 0; j < n; j++) {
+            for (int i = 0; i < dIn; i++) {
+                double acc = 0;
+                int row = i * dIn;
+                for (int t = 0; t < dIn; t++) {
+                    acc += (double) cInv[row + t] * keys[j * dIn + t];
+                }
+                ck[j][i] = acc; // C^-1 K^T in double, as bundle_direction
+            }
+        }
+        double[][] g = new double[n][n + 1];
+        double trace = 0;
+        for (int a = 0; a < n; a++) {
+            for (int b = 0; b < n; b++) {
+                double acc = 0;
+                for (int t = 0; t < dIn; t++) {
+                    acc += (double) keys[a * dIn + t] * ck[b][t];
+                }
+                g[a][b] = acc;
+            }
+            trace += g[a][a];
+        }
+        double rho = ridge * trace / n;
+        for (int a = 0; a < n; a++) {
+            g[a][a] += rho;
+            g[a][n] = 1.0;
+        }
+        double[] x = solve(g, n);
+        float[] out = new float[dIn];
+        for (int i = 0; i < dIn; i++) {
+            double acc = 0;
+            for (int j = 0; j < n; j++) {
+                acc += ck[j][i] * x[j];
+            }
+            if (Double.isNaN(acc) || Double.isInfinite(acc)) {
+                throw new MobiEditError("non-finite direction from the template keys",
+                    "edit.update.rule rows", "re-export with a larger rows_ridge, or rule 'rome'");
+            }
+            out[i] = (float) acc;
+        }
+        return out;
+    }
+
+    /** Gaussian elimination with partial pivoting of the augmented system {@code m} [n, n + 1]. */
+    private static double[] solve(double[][] m, int n) {
+        for (int col = 0; col < n; col++) {
+            int piv = col;
+            for (int r = col + 1; r < n; r++) {
+                if (Math.abs(m[r][col]) > Math.abs(m[piv][col])) {
+                    piv = r;
+                }
+            }
+            double[] tmp = m[col];
+            m[col] = m[piv];
+            m[piv] = tmp;
+            if (m[col][col] == 0) {
+                throw new MobiEditError("the template keys' Gram matrix is singular",
+                    "edit.update.rule rows", "re-export with a larger rows_ridge, or rule 'rome'");
+            }
+            for (int r = col + 1; r < n; r++) {
+                double f = m[r][col] / m[col][col];
+                for (int c = col; c <= n; c++) {
+                    m[r][c] -= f * m[col][c];
+                }
+            }
+        }
+        double[] x = new double[n];
+        for (int r = n - 1; r >= 0; r--) {
+            double acc = m[r][n];
+            for (int c = r + 1; c < n; c++) {
+                acc -= m[r][c] * x[c];
+            }
+            x[r] = acc / m[r][r];
+        }
+        return x;
+    }
+
     /** C^-1 k [d_in]. */
     public float[] solve(float[] k) {
         float[] out = new float[dIn];

@@ -16,13 +16,27 @@ public final class PrefixState {
     public final float[] kCur;
     public final float[] outCur;
     public final float[] vInit;
+    /**
+     * The rewrite rows' keys [nRewrite, d_in] row-major (row 0 = kCur): what the "rows" write rule
+     * solves over ({@code KeyStats.rowsDirection}); null when the state was built from the four
+     * vectors alone (then only ROME's direction can be written).
+     */
+    public final float[] rewriteKeys;
+    public final int nRewrite;
 
     public PrefixState(Object handle, float[] kBar, float[] kCur, float[] outCur, float[] vInit) {
+        this(handle, kBar, kCur, outCur, vInit, null, 0);
+    }
+
+    public PrefixState(Object handle, float[] kBar, float[] kCur, float[] outCur, float[] vInit,
+            float[] rewriteKeys, int nRewrite) {
         this.handle = handle;
         this.kBar = kBar;
         this.kCur = kCur;
         this.outCur = outCur;
         this.vInit = vInit;
+        this.rewriteKeys = rewriteKeys;
+        this.nRewrite = nRewrite;
     }
 
     /**
@@ -41,6 +55,7 @@ public final class PrefixState {
         }
         float[] kCur = java.util.Arrays.copyOf(keys, dIn);
         float[] v = java.util.Arrays.copyOf(values, dOut);
-        return new PrefixState(handle, kBar, kCur, v, v.clone());
+        return new PrefixState(handle, kBar, kCur, v, v.clone(),
+            java.util.Arrays.copyOf(keys, nRewrite * dIn), nRewrite);
     }
 }

@@ -134,14 +134,36 @@ public final class Manifest {
         public final double ridge;
         /** The edited weight is [out, in] (nn.Linear); false for GPT-2's Conv1D [in, out]. */
         public final boolean weightOutIn;
+        /**
+         * The write rule ("edit.update.rule", docs/bundle_format.md): {@link #RULE_ROME} (C^-1 k̄)
+         * or {@link #RULE_ROWS} (exact at every rewrite row's key, {@code KeyStats.rowsDirection});
+         * absent in bundles exported before session 28: ROME's.
+         */
+        public final String updateRule;
+        /** "edit.update.rows_ridge": the rows rule's relative ridge of its Gram matrix. */
+        public final double rowsRidge;
+
+        public static final String RULE_ROME = "rome";
+        public static final String RULE_ROWS = "rows";
+        /** The rules a bundle can carry (mobiedit.editing.update.BUNDLE_UPDATE_RULES). */
+        public static final List<String> UPDATE_RULES =
+            Collections.unmodifiableList(java.util.Arrays.asList(RULE_ROME, RULE_ROWS));
+        public static final double DEFAULT_ROWS_RIDGE = 1e-2;
 
         public EditSetup(List<String> templates, Objective objective, boolean mom2, double ridge,
                 boolean weightOutIn) {
+            this(templates, objective, mom2, ridge, weightOutIn, RULE_ROME, DEFAULT_ROWS_RIDGE);
+        }
+
+        public EditSetup(List<String> templates, Objective objective, boolean mom2, double ridge,
+                boolean weightOutIn, String updateRule, double rowsRidge) {
             this.templates = Collections.unmodifiableList(new ArrayList<String>(templates));
             this.objective = objective;
             this.mom2 = mom2;
             this.ridge = ridge;
             this.weightOutIn = weightOutIn;
+            this.updateRule = updateRule;
+            this.rowsRidge = rowsRidge;
         }
     }
 

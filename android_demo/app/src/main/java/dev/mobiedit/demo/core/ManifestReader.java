@@ -333,7 +333,25 @@ public final class ManifestReader {
         boolean mom2 = bool(e, "mom2", true, "edit.mom2");
         double ridge = number(e, "ridge", 1e-4, 0, "edit.ridge");
         boolean outIn = bool(e, "weight_out_in", !"gpt2".equals(family), "edit.weight_out_in");
-        return new Manifest.EditSetup(templates, objective, mom2, ridge, outIn);
+        String rule = Manifest.EditSetup.RULE_ROME;
+        double rowsRidge = Manifest.EditSetup.DEFAULT_ROWS_RIDGE;
+        if (e.get("update") != null) { // optional: written since session 28
+            Map<String, Object> u = objectField(e, "update", "edit.update");
+            for (String key : u.keySet()) {
+                if (!"rule".equals(key) && !"rows_ridge".equals(key)) {
+                    throw err("edit.update." + key, "unknown field", REEXPORT);
+                }
+            }
+            if (u.get("rule") != null) {
+                rule = stringField(u, "rule", "edit.update.rule");
+                if (!Manifest.EditSetup.UPDATE_RULES.contains(rule)) {
+                    throw err("edit.update.rule", "is '" + rule + "', must be one of "
+                        + Manifest.EditSetup.UPDATE_RULES, REEXPORT);
+                }
+            }
+            rowsRidge = number(u, "rows_ridge", rowsRidge, Double.MIN_VALUE, "edit.update.rows_ridge");
+        }
+        return new Manifest.EditSetup(templates, objective, mom2, ridge, outIn, rule, rowsRidge);
     }
 
     private static double number(Map<String, Object> o, String key, double dflt, double lo,

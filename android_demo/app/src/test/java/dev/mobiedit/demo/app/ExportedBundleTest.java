@@ -328,6 +328,15 @@ class ExportedBundleTest {
         for (int i = 0; i < c.length; i++) {
             assertEquals(pyC[i], c[i], 1e-4 * (1 + Math.abs(pyC[i])), "C^-1 k̄ [" + i + "]");
         }
+        // the rows write rule on the same keys (mobiedit.editing.update.bundle_direction "rows")
+        assertEquals(pack.nRewrite, st.nRewrite);
+        assertArrayEquals(Arrays.copyOf(keys, pack.nRewrite * m.dIn()), st.rewriteKeys);
+        double ridge = ((Number) edit.get("rows_ridge")).doubleValue();
+        float[] cRows = ks.rowsDirection(st.rewriteKeys, st.nRewrite, ridge);
+        float[] pyRows = f32(obj(edit, "c_rows"));
+        for (int i = 0; i < cRows.length; i++) {
+            assertEquals(pyRows[i], cRows[i], 1e-4 * (1 + Math.abs(pyRows[i])), "rows direction [" + i + "]");
+        }
 
         int k = m.shapes.editK;
         float[] deltas = new float[k * m.dOut()];

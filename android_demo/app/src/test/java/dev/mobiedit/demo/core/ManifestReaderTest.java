@@ -265,6 +265,30 @@ class ManifestReaderTest {
     }
 
     @Test
+    void readsTheWriteRuleAndRefusesAnUnknownOne() {
+        // absent (bundles exported before session 28): ROME's direction
+        Manifest.EditSetup e = ManifestReader.parse(Json.write(valid(), true)).edit;
+        assertEquals("rome", e.updateRule);
+        Map<String, Object> m = valid();
+        sub(m, "edit").put("update", Fixtures.map("rule", "rows", "rows_ridge", 0.5));
+        e = ManifestReader.parse(Json.write(m, true)).edit;
+        assertEquals("rows", e.updateRule);
+        assertEquals(0.5, e.rowsRidge);
+        m = valid();
+        sub(m, "edit").put("update", Fixtures.map("rule", "protect"));
+        refusedAt(m, "edit.update.rule");
+        m = valid();
+        sub(m, "edit").put("update", Fixtures.map("rule", "rows", "rows_ridge", 0L));
+        refusedAt(m, "edit.update.rows_ridge");
+        m = valid();
+        sub(m, "edit").put("update", Fixtures.map("rule", "rows", "extra", 1L));
+        refusedAt(m, "edit.update.extra");
+        m = valid();
+        sub(m, "edit").put("update", "rows");
+        refusedAt(m, "edit.update");
+    }
+
+    @Test
     void verifiesEveryChecksumBeforeUse(@TempDir Path tmp) throws Exception {
         File dir = tmp.resolve("bundle").toFile();
         Fixtures.writeBundle(dir, Fixtures.baseWeight());
