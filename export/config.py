@@ -6,12 +6,10 @@ exportable. Cross-section rules (scheme vs runtime) are checked by :class:`Expor
 """
 from __future__ import annotations
 
-import math
-
 from dataclasses import asdict, dataclass, field
 
 from mobiedit.errors import ConfigError
-from mobiedit.editing.config import ContextConfig, ObjectiveConfig
+from mobiedit.editing.config import ContextConfig, ObjectiveConfig, check_rows_ridge
 from mobiedit.recipes import bundle_recipe
 
 RUNTIMES = ("executorch", "onnxruntime")
@@ -193,10 +191,7 @@ class EditSetup:
             raise ConfigError(f"unknown update rule {str(self.update_rule)[:40]!r}", where="ExportConfig.edit.update_rule",
                               fix=f"use one of {', '.join(BUNDLE_UPDATE_RULES)} (the sequential rules need "
                                   "the applied edits' keys, which a bundle does not keep)")
-        if isinstance(self.rows_ridge, bool) or not (isinstance(self.rows_ridge, (int, float))
-                                                     and math.isfinite(self.rows_ridge) and self.rows_ridge > 0):
-            raise ConfigError(f"must be a finite number > 0, got {self.rows_ridge!r}",
-                              where="ExportConfig.edit.rows_ridge", fix="e.g. 1e-2 (as update.rows_ridge)")
+        check_rows_ridge(self.rows_ridge, "ExportConfig.edit.rows_ridge")
         if self.layer is not None:
             _int("edit", "layer", self.layer, 0)
         _int("edit", "stats_limit", self.stats_limit, 0)

@@ -57,6 +57,14 @@ def check_ladder(values, where: str, fix: str) -> None:
         raise ConfigError(f"{where}={list(values)[:8]} must be increasing positive factors", where=where, fix=fix)
 
 
+def check_rows_ridge(value, where: str) -> None:
+    """The ``rows`` rule's ridge (``update.rows_ridge``, a bundle's ``edit.rows_ridge``): a finite
+    number > 0; a ConfigError naming ``where`` otherwise."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"rows_ridge={value!r} must be a finite number > 0", where=where,
+                          fix="e.g. 1e-2 (relative to the mean diagonal of KᵀC⁻¹K)")
+
+
 @dataclass(frozen=True)
 class UpdateConfig:
     """How a found value becomes the rank-one weight change ``u wᵀ`` (both methods; the journal
@@ -77,8 +85,8 @@ class UpdateConfig:
       ``wᵀk_i = 1`` at every context template's key ``k_i`` (the plain prompt's among them) and
       the least ``wᵀCw`` among those — ``C⁻¹K (KᵀC⁻¹K + ρ I)⁻¹ 1`` with ``ρ = rows_ridge ·
       mean(diag KᵀC⁻¹K)``. The written update then adds the searched ``δ`` at each template row's
-      key, not ``δ·(wᵀk_i)``; a large ``rows_ridge`` gives back ROME's ``C⁻¹k̄``. Eager path only
-      (a bundle's recipe writes ROME's direction).
+      key, not ``δ·(wᵀk_i)``; a large ``rows_ridge`` gives back ROME's ``C⁻¹k̄``. A bundle carries
+      it too (manifest ``edit.update``, ``mobiedit export --update-rule rows``).
     * ``rows-protect`` — ``rows`` with ``protect``'s normal matrix ``C + edited_weight · K_p K_pᵀ``:
       exact at every template key of this edit, the least change to natural text's keys and to
       the applied edits' keys (sequential editing, issue 16). Eager path only.
@@ -127,9 +135,7 @@ class UpdateConfig:
         if not self.edited_weight > 0:
             raise ConfigError(f"edited_weight={self.edited_weight} must be > 0", where="update.edited_weight",
                               fix="e.g. 1.0 (relative to the key statistics C)")
-        if isinstance(self.rows_ridge, bool) or not (isinstance(self.rows_ridge, (int, float)) and math.isfinite(self.rows_ridge) and self.rows_ridge > 0):
-            raise ConfigError(f"rows_ridge={self.rows_ridge!r} must be a finite number > 0", where="update.rows_ridge",
-                              fix="e.g. 1e-2 (relative to the mean diagonal of KᵀC⁻¹K)")
+        check_rows_ridge(self.rows_ridge, "update.rows_ridge")
         if not self.alpha > 0:
             raise ConfigError(f"alpha={self.alpha} must be > 0", where="update.alpha", fix="e.g. 1.0")
         if isinstance(self.spread, bool) or not isinstance(self.spread, int) or self.spread < 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import JournalError, NumericalError
+from ..errors import ConfigError, JournalError, NumericalError
 
 
 def solve_c(c: torch.Tensor | None, k_bar: torch.Tensor, ridge: float) -> torch.Tensor:
@@ -60,6 +60,9 @@ def bundle_direction(c_inv: torch.Tensor, rewrite_keys: torch.Tensor, rule: str 
     """The update direction of a bundle edit from the shipped ``c_inv`` [d, d] and the prefix
     program's rewrite-row keys [n, d] (row 0 the plain prompt): ``rome`` — ``C⁻¹k̄``; ``rows`` —
     :func:`rows_combine` of ``C⁻¹Kᵀ``. ``rank_one_factors`` normalises it at the plain key."""
+    if rule not in BUNDLE_UPDATE_RULES:
+        raise ConfigError(f"unknown update rule {str(rule)[:40]!r}", where="edit.update.rule",
+                          fix=f"use one of {', '.join(BUNDLE_UPDATE_RULES)}")
     if rule == "rows":
         return rows_combine(c_inv.double() @ rewrite_keys.double().T, rewrite_keys, rows_ridge)
     return c_inv @ rewrite_keys.mean(0)
