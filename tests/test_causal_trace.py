@@ -9,8 +9,9 @@ import sys
 import pytest
 import torch
 
-from mobiedit.causal_trace import (POSITIONS, STATES, default_window, embedding_std, window_layers, format_table, prepare_prompt, sample_noise,
+from mobiedit.causal_trace import (POSITIONS, STATES, default_window, embedding_std, window_layers, prepare_prompt, sample_noise,
                                    subject_token_range, trace_prompt, trace_requests)
+from mobiedit.causal_trace_report import format_table
 from mobiedit.errors import ConfigError
 from mobiedit.families import get_module, hidden_size, n_layers
 from mobiedit.models import load_model

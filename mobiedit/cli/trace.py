@@ -44,7 +44,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     import torch
 
     from ..api import load_model
-    from ..causal_trace import KNOWN_P_MIN, choose_layer, format_table, knows_facts, trace_requests, write_outputs
+    from ..causal_trace import KNOWN_P_MIN, choose_layer, knows_facts, trace_requests
+    from ..causal_trace_report import format_table, write_outputs
     from ..requests import bundled_path, load_requests
     from ..resolve import resolve_model
     from ..session import check_fits
