@@ -162,7 +162,9 @@ def _edit(m: dict, where: str) -> None:
     if not isinstance(ridge, (int, float)) or isinstance(ridge, bool) or not math.isfinite(ridge) or ridge < 0:
         _fail(where, "edit.ridge", "must be a finite number >= 0")
     if "update" in edit:  # optional: bundles exported before session 28 write ROME's direction
+        from mobiedit.editing.config import check_rows_ridge
         from mobiedit.editing.update import BUNDLE_UPDATE_RULES
+        from mobiedit.errors import ConfigError
 
         upd = _obj(where, "edit.update", edit["update"])
         for key in upd:
@@ -170,9 +172,10 @@ def _edit(m: dict, where: str) -> None:
                 _fail(where, f"edit.update.{str(key)[:40]}", "unknown field")
         if upd.get("rule", "rome") not in BUNDLE_UPDATE_RULES:
             _fail(where, "edit.update.rule", f"must be one of {', '.join(BUNDLE_UPDATE_RULES)}")
-        r = upd.get("rows_ridge", 1e-2)
-        if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r) or r <= 0:
-            _fail(where, "edit.update.rows_ridge", "must be a finite number > 0")
+        try:
+            check_rows_ridge(upd.get("rows_ridge", 1e-2), "edit.update.rows_ridge")
+        except ConfigError as e:
+            _fail(where, "edit.update.rows_ridge", e.message)
 
 
 def validate_sections(m: dict, where: str) -> None:

@@ -235,7 +235,7 @@ class Journal:
         JournalError for inconsistent shapes / arguments, NumericalError for non-finite factors.
         """
         fam, d_out, d_in, factors, extras = record_args(request, method, family, layer, module_name, u, w,
-                                                         base_weight, metrics, config)
+                                                        base_weight, metrics, config)
         apply_factors(base_weight, factors["u"], factors["w"], fam.weight_out_in)  # NumericalError on overflow
         prior = [e for e in self._entries if e.module == module_name]
         if prior:

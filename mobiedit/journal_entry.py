@@ -71,7 +71,6 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MODULE = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
 
-
 def entry_from_json(obj: Any, where: str) -> JournalEntry:
     """Validate one parsed journal line; every problem is a JournalError naming the field."""
     if not isinstance(obj, dict):
@@ -127,9 +126,9 @@ def _json_ready(value: Any, field: str) -> Any:
 
 
 def record_args(request: EditRequest | dict, method: str, family: Family | str, layer: int,
-                 module_name: str, u: torch.Tensor, w: torch.Tensor, base_weight: torch.Tensor,
-                 metrics: dict | None, config: dict | None
-                 ) -> tuple[Family, int, int, dict[str, torch.Tensor], dict[str, Any]]:
+                module_name: str, u: torch.Tensor, w: torch.Tensor, base_weight: torch.Tensor,
+                metrics: dict | None, config: dict | None
+                ) -> tuple[Family, int, int, dict[str, torch.Tensor], dict[str, Any]]:
     """Validate :meth:`Journal.record` arguments; returns (family, d_out, d_in, float32 CPU
     factors {u, w}, JSON-ready {request, metrics, config}). Nothing is written here."""
     fam = FAMILIES.get(family) if isinstance(family, str) else family

@@ -54,7 +54,6 @@ def read_config(path: str | os.PathLike) -> dict:
     return cfg
 
 
-
 def _check_safe_weights(path: Path) -> None:
     names = {p.name for p in path.iterdir()}
     has_st = any(n.endswith(".safetensors") for n in names)

@@ -57,6 +57,9 @@ public final class EditRunner {
     private final Manifest manifest;
     private final EditPrograms programs;
     private final KeyStats keys;
+    /** The last prefix state's update direction ({@link #direction}; read-only once computed). */
+    private PrefixState directionOf;
+    private float[] direction;
     private EngineConfig config;
     private SuccessCriterion success;
 
@@ -264,6 +267,22 @@ public final class EditRunner {
         for (int i = 0; i < d; i++) {
             vStar[i] = st.outCur[i] + delta[i];
         }
+        float[] c = direction(st);
+        float[] u = new float[d];
+        float[] w = new float[st.kCur.length];
+        NativeEngine.rankOne(st.kCur, vStar, st.outCur, c, u, w);
+        return new float[][] {u, w};
+    }
+
+    /**
+     * The update direction of the manifest's write rule for {@code st}: it does not depend on the
+     * delta, so it is computed once per prefix state (every written check and the final factors
+     * of one search reuse it, as mobiedit.export.ops computes it once per search).
+     */
+    private float[] direction(PrefixState st) {
+        if (st == directionOf) {
+            return direction;
+        }
         float[] c;
         if (Manifest.EditSetup.RULE_ROWS.equals(manifest.edit.updateRule)) {
             if (st.rewriteKeys == null) {
@@ -274,10 +293,9 @@ public final class EditRunner {
         } else {
             c = keys.solve(st.kBar);
         }
-        float[] u = new float[d];
-        float[] w = new float[st.kCur.length];
-        NativeEngine.rankOne(st.kCur, vStar, st.outCur, c, u, w);
-        return new float[][] {u, w};
+        directionOf = st;
+        direction = c;
+        return c;
     }
 
     private static void checkLengths(PrefixState st, int dOut, int dIn) {
