@@ -306,12 +306,11 @@ def _fluency(q: dict) -> str:
 
 def cmd_bench(args) -> int:
     from .atomic import atomic_write_text
-    from .resolve import edit_layer_for, resolve_model
-    from .requests import bundled_path
+    from .resolve import edit_layer_for, request_file, resolve_model
 
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
-    req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
+    req_file = request_file(args.requests, model_dir)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     layers = [int(x) for x in args.layers.split(",")] if args.layers else [layer]
@@ -334,7 +333,7 @@ def cmd_bench(args) -> int:
 
     def one(task: tuple[int, RowSpec]) -> dict:
         lay, spec = task
-        log.warning("bench row %s at layer %d (%d requests)...", spec.label, lay, spec.n)
+        log.warning("bench row %s at layer %d (%d requests of %s)...", spec.label, lay, spec.n, req_file.name)
         res = run_row(spec, model_dir, req_file, lay, args.seed, out, ability=not args.no_ability,
                       progress=not args.quiet and args.jobs == 1, offset=args.offset)  # one bar at a time
         if len(layers) > 1:
@@ -364,7 +363,7 @@ def register(sub) -> None:
     sp = sub.add_parser("bench", help="benchmark editing methods (JSON + PNG)")
     g = sp.add_mutually_exclusive_group()
     g.add_argument("--model"); g.add_argument("--preset", default="default")
-    sp.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
+    sp.add_argument("--requests", help="request file (default: the model profile's `requests`, the facts it knows; else bundled CounterFact 1k)")
     sp.add_argument("--n", type=int, default=200, help="requests per row")
     sp.add_argument("--rows", default="rome", help=f"comma-separated rows (NAME or NAME:N requests) from {sorted(ROWS)}")
     sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)

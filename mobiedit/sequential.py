@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer", type=int)
     p.add_argument("--checkpoints", type=int, nargs="*", default=list(DEFAULT_CHECKPOINTS),
                    help="edit counts to score at (capped at --n, which is always one)")
-    p.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
+    p.add_argument("--requests", help="request file (default: the model profile's `requests`, the facts it knows; else bundled CounterFact 1k)")
     p.add_argument("--offset", type=int, default=0,
                    help="skip this many requests first (a held-out sequence; the probe follows the edits)")
     p.add_argument("--force", action="store_true", help="apply edits that missed their success criterion")
@@ -67,8 +67,7 @@ def _settings(args, model_dir: Path):
         ConfigError: ``--n`` below 1, negative ``--undo`` / ``--probe`` / ``--ppl-tokens`` / ``--offset``.
     """
     from .errors import ConfigError
-    from .requests import bundled_path
-    from .resolve import edit_layer_for
+    from .resolve import edit_layer_for, request_file
     from .sequential_run import SeqSettings, checkpoint_marks
 
     if args.n < 1:
@@ -77,7 +76,7 @@ def _settings(args, model_dir: Path):
                         ("--offset", args.offset)):
         if value < 0:
             raise ConfigError(f"must be >= 0, got {value}", where=flag, fix="pass 0 or more")
-    req = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
+    req = request_file(args.requests, model_dir)
     return SeqSettings(model_dir, edit_layer_for(model_dir, args.layer), req, args.n,
                        checkpoint_marks(args.checkpoints, args.n), args.seed, args.force, args.undo, args.probe,
                        args.ppl_tokens, args.offset)
@@ -100,7 +99,8 @@ def cmd_sequential(args) -> int:
     configs = [(row, row_config(row, s.layer, s.seed, s.model_dir, s.n_edits)) for row in rows]
     json_path, png_path = output_paths(args.out) if args.out else (None, None)
     saved = load_saved(json_path) if json_path else {}
-    header = {"model": str(s.model_dir), "layer": s.layer, "n": s.n_edits, "checkpoints": list(s.marks)}
+    header = {"model": str(s.model_dir), "layer": s.layer, "n": s.n_edits, "checkpoints": list(s.marks),
+              "requests": str(s.requests)}
     base, results = None, []
     for row, cfg in configs:
         identity = {"row": row.name, "method": row.method, "config": to_dict(cfg), **s.identity(),
@@ -140,8 +140,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
     process: the result dict of :func:`mobiedit.sequential_run.run_row` (table, per-edit records,
     undo check). ``force`` applies edits that missed their success criterion."""
     from .errors import ConfigError
-    from .requests import bundled_path
-    from .resolve import edit_layer_for
+    from .resolve import edit_layer_for, request_file
     from .sequential_rows import row_config, rows_from_args
     from .sequential_run import SeqSettings, checkpoint_marks, open_baseline, run_row
 
@@ -150,7 +149,7 @@ def run_sequential(model_dir: str | Path, n_edits: int, method: str = "rome", la
     model_dir = Path(model_dir)
     row = rows_from_args(None, method, config)[0]
     s = SeqSettings(model_dir, edit_layer_for(model_dir, layer),
-                    Path(requests) if requests else bundled_path("counterfact-edit-1k.json"), n_edits,
+                    request_file(requests, model_dir), n_edits,
                     checkpoint_marks(checkpoints, n_edits), seed, force, n_undo, probe, ppl_tokens, offset)
     cfg = row_config(row, s.layer, seed, model_dir, n_edits)
     return {"row": row.name, **run_row(open_baseline(s), cfg, s, label=row.name, progress=progress, work=work)}

@@ -72,10 +72,16 @@ class InterferenceTracker:
         self.own_change.append(float(u64.norm() * (w64 @ k).abs()))
 
 
+#: the search statuses of a search that ran out of its budget (steps or evaluations) before its rule passed
+OUT_OF_BUDGET = ("MAX_STEPS", "BUDGET")
+
+
 def window_summary(records: list[dict], first: int, last: int) -> dict:
     """Median and max of :data:`SUMMARISED` over the applied edits numbered ``first..last``
     (1-based, inclusive; None when no applied edit has the field), with the window, its applied
-    count, the median loss evaluations and the mean wall seconds per edit of all its edits."""
+    count, the median loss evaluations and the mean wall seconds per edit of all its edits, and how
+    many of its edits' last searches ran out of their step or evaluation budget (``at_budget``) or
+    stopped at a loss plateau (``at_plateau``, ``zo.patience``) rather than on success."""
     window = [r for r in records if first <= r["edit"] <= last]
     applied = [r for r in window if r["applied"]]
     out: dict = {"first": first, "last": last, "edits": len(window), "applied": len(applied)}
@@ -85,4 +91,6 @@ def window_summary(records: list[dict], first: int, last: int) -> dict:
         out[f"{name}_max"] = max(vals) if vals else None
     out["loss_evals_median"] = statistics.median(r["loss_evals"] for r in window) if window else None
     out["wall_s_mean"] = statistics.mean(r["wall_s"] for r in window) if window else None
+    out["at_budget"] = sum(r.get("status") in OUT_OF_BUDGET for r in window)
+    out["at_plateau"] = sum(r.get("status") == "PLATEAU" for r in window)
     return out

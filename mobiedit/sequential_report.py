@@ -31,7 +31,7 @@ WINDOW_COLUMNS = (("applied", "applied", 8, "d"), ("update_norm_median", "|dW| m
                   ("update_norm_max", "|dW| max", 10, ".3g"), ("key_overlap_max_max", "cos max", 9, ".3f"),
                   ("moves_earlier_max_median", "moves med", 10, ".3f"),
                   ("moves_earlier_max_max", "moves max", 10, ".3f"), ("loss_evals_median", "evals med", 10, ".0f"),
-                  ("wall_s_mean", "s/edit", 8, ".2f"))
+                  ("at_budget", "budget", 7, "d"), ("at_plateau", "plateau", 8, "d"), ("wall_s_mean", "s/edit", 8, ".2f"))
 
 
 def cell(value: Any, width: int, spec: str) -> str:
@@ -59,7 +59,7 @@ def format_row(res: dict) -> str:
     lines.append(f"{'edits':>9}" + "".join(f"{label:>{w}}" for _, label, w, _ in WINDOW_COLUMNS))
     for r in res["table"]:
         win = r["window"]
-        lines.append(f"{win['first']:>4}-{win['last']:<4}" + "".join(cell(win[k], w, s) for k, _, w, s in WINDOW_COLUMNS))
+        lines.append(f"{win['first']:>4}-{win['last']:<4}" + "".join(cell(win.get(k), w, s) for k, _, w, s in WINDOW_COLUMNS))
     u = res["undo"]
     lines.append(f"undo: {u['bit_exact']}/{u['random_undos']} random undos bit-exact against an independent "
                  f"rebuild; other parameters untouched: {u['other_params_untouched']}; undoing every edit "
@@ -71,7 +71,8 @@ LEGEND = ("* ret acc: efficacy of the applied edits only; loc acc: neighbours of
           "loc/true: never-edited facts (percent); ppl %: held-out perplexity change vs the unedited model; "
           "dW/W: relative weight drift.\n  Per window of edits (applied edits only): |dW| = ‖u‖‖w‖ of each "
           "update; cos max: largest |cos| of its key with an earlier edit's key; moves: ‖ΔW_i k_j‖ / "
-          "‖ΔW_j k_j‖, its largest over the earlier edits j (median and max over the window).")
+          "‖ΔW_j k_j‖, its largest over the earlier edits j (median and max over the window); budget / plateau: "
+          "edits whose last search ran out of its budget / stopped at a loss plateau (zo.patience), not on success.")
 
 
 def format_summary(results: list[dict]) -> str:

@@ -199,8 +199,8 @@ def cmd_tune(args) -> int:
     from .bench_rows import ROWS
     from .digest import files_sha256
     from .profile import read_profile, write_profile
-    from .requests import bundled_path, load_requests
-    from .resolve import edit_layer_for, resolve_model
+    from .requests import load_requests
+    from .resolve import edit_layer_for, request_file, resolve_model
 
     if args.method not in ROWS:
         raise ConfigError(f"unknown bench row {args.method!r}", where="--method", fix=f"use one of {sorted(ROWS)}")
@@ -218,7 +218,7 @@ def cmd_tune(args) -> int:
     # the current settings' layer: the profile's; without a profile, the first of --layers
     layer = edit_layer_for(model_dir, layers[0] if layers and read_profile(model_dir) is None else None)
     layers = layers or [layer]
-    req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
+    req_file = request_file(args.requests, model_dir)
     total = len(load_requests(req_file))
     offset = args.offset if args.offset is not None else total - args.n
     if offset < 0 or offset + args.n > total:
@@ -251,7 +251,7 @@ def register(sub) -> None:
                                      "(writes the profile with --write-profile)")
     g = sp.add_mutually_exclusive_group()
     g.add_argument("--model"); g.add_argument("--preset", default="default")
-    sp.add_argument("--requests", help="requests the model knows (default: bundled CounterFact 1k)")
+    sp.add_argument("--requests", help="requests the model knows (default: the model profile's `requests`; else bundled CounterFact 1k)")
     sp.add_argument("--n", type=int, default=16, help="tuning requests per candidate")
     sp.add_argument("--offset", type=int, help="first tuning request (default: the file's last n, apart from a bench's)")
     sp.add_argument("--method", default="rome-lean", help="the bench row that edits (default rome-lean: the shared "

@@ -146,13 +146,15 @@ def test_the_interference_arithmetic_on_known_vectors():
     assert second["moves_earlier_max"] == pytest.approx(1.0) == second["moves_earlier_mean"]
     third = t.measure(torch.tensor([3.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0]))
     assert third["key_overlap_max"] == pytest.approx(math.sqrt(0.5)) and third["moves_earlier_max"] == 0.0
-    recs = [{"edit": 1, "applied": True, "loss_evals": 4, "wall_s": 1.0, **first},
-            {"edit": 2, "applied": True, "loss_evals": 8, "wall_s": 3.0, **second},
-            {"edit": 3, "applied": False, "loss_evals": 6, "wall_s": 2.0, **third}]
+    recs = [{"edit": 1, "applied": True, "loss_evals": 4, "wall_s": 1.0, "status": "SUCCESS_CHECK", **first},
+            {"edit": 2, "applied": True, "loss_evals": 8, "wall_s": 3.0, "status": "MAX_STEPS", **second},
+            {"edit": 3, "applied": False, "loss_evals": 6, "wall_s": 2.0, "status": "PLATEAU", **third}]
     win = window_summary(recs, 2, 3)
     assert (win["edits"], win["applied"], win["loss_evals_median"], win["wall_s_mean"]) == (2, 1, 7.0, 2.5)
     assert win["moves_earlier_max_max"] == pytest.approx(1.0) and win["update_norm_max"] == pytest.approx(2 * math.sqrt(0.5))
+    assert (win["at_budget"], win["at_plateau"]) == (1, 1)
     assert window_summary(recs, 1, 1)["key_overlap_max_max"] is None
+    assert (window_summary(recs, 1, 1)["at_budget"], window_summary(recs, 1, 1)["at_plateau"]) == (0, 0)
 
 
 def test_the_figure_is_a_png(run):

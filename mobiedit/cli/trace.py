@@ -14,9 +14,11 @@ log = logging.getLogger("mobiedit")
 
 def add_trace(sp: argparse.ArgumentParser) -> None:
     model_args(sp, preset=False)
-    sp.add_argument("--requests", help="request file (default: bundled CounterFact 1k)")
+    sp.add_argument("--requests", help="request file (default: the model profile's `requests`, the facts it knows; else bundled CounterFact 1k)")
     sp.add_argument("--write-profile", action="store_true",
-                    help="record the chosen layer (and why) in the model's mobiedit.json")
+                    help="record the chosen layer (and why) in the model's mobiedit.json; with --requests, "
+                         "also those requests (copied into the folder as known-requests.json), the default "
+                         "request file of bench, sequential and tune")
     sp.add_argument("--n", type=int, default=40, help="trace the first N requests")
     sp.add_argument("--noise", type=float, default=3.0, help="subject noise std, in units of the embedding std")
     sp.add_argument("--window", type=int, help="layers restored together for the MLP/attention rows "
@@ -46,13 +48,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from ..api import load_model
     from ..causal_trace import KNOWN_P_MIN, choose_layer, knows_facts, trace_requests
     from ..causal_trace_report import format_table, write_outputs
-    from ..requests import bundled_path, load_requests
-    from ..resolve import resolve_model
+    from ..requests import load_requests
+    from ..resolve import request_file, resolve_model
     from ..session import check_fits
 
     torch.set_num_threads(1)
-    lm = load_model(resolve_model(args))
-    req_file = Path(args.requests) if args.requests else bundled_path("counterfact-edit-1k.json")
+    model_dir = resolve_model(args)
+    lm = load_model(model_dir)
+    req_file = request_file(args.requests, model_dir)
     reqs = load_requests(req_file)[: args.n]
     if len(reqs) < args.n:
         log.warning("%s holds %d requests; tracing all of them (--n %d)", req_file, len(reqs), args.n)
@@ -71,14 +74,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
     layer, reason = choose_layer(result)
     print(f"chosen edit layer: {layer} — {reason}")
     if args.write_profile:
-        _write_profile(args, lm, result, layer, f"{reason} (requests {req_file.name}, seed {args.seed})")
+        _write_profile(args, lm, result, layer, f"{reason} (requests {req_file.name}, seed {args.seed})",
+                       req_file if args.requests else None)
     return 0
 
 
-def _write_profile(args: argparse.Namespace, lm, result, layer: int, reason: str) -> None:
-    """Record the chosen layer in the model's profile; refused when the trace measured noise."""
+#: where ``trace --write-profile --requests FILE`` keeps FILE inside the model folder
+KNOWN_REQUESTS_FILE = "known-requests.json"
+
+
+def _write_profile(args: argparse.Namespace, lm, result, layer: int, reason: str, known: Path | None) -> None:
+    """Record the chosen layer in the model's profile; refused when the trace measured noise. With
+    ``known`` (the ``--requests`` file the model was just shown to know), that file is copied into
+    the folder and becomes the profile's ``requests``."""
     from dataclasses import replace
 
+    from ..atomic import atomic_write_text
     from ..causal_trace import knows_facts
     from ..profile import ModelProfile, read_profile, write_profile
 
@@ -88,6 +99,12 @@ def _write_profile(args: argparse.Namespace, lm, result, layer: int, reason: str
     old = read_profile(lm.path)
     prof = replace(old, edit_layer=layer, layer_reason=reason) if old else ModelProfile(
         edit_layer=layer, layer_reason=reason, chat_template=bool(getattr(lm.tokenizer, "chat_template", None)))
+    if known is not None:
+        dest = Path(lm.path) / KNOWN_REQUESTS_FILE
+        if known.resolve() != dest.resolve():
+            atomic_write_text(dest, known.read_text(encoding="utf-8"))
+        prof = replace(prof, requests=f"file:{KNOWN_REQUESTS_FILE}")
+        print(f"wrote {dest} (the profile's default requests)")
     print(f"wrote {write_profile(lm.path, prof)}")
 
 
