@@ -82,6 +82,20 @@ def _settings(args, model_dir: Path):
                        args.ppl_tokens, args.offset)
 
 
+def _checkpoint_saver(name: str, identity: dict, json_path: Path | None, header: dict, results: list[dict],
+                      saved: dict[str, dict]):
+    """``run_row``'s ``on_checkpoint`` for row ``name``: print the checkpoint's line and, with a
+    result file, save the row so far into it (marked ``partial``: never reused, replaced when the
+    row finishes), so a run stopped before its end keeps its checkpoints."""
+    from .sequential_report import format_checkpoint, save_results
+
+    def save(partial: dict) -> None:
+        print(format_checkpoint(name, partial["table"][-1]), flush=True)
+        if json_path:
+            save_results(json_path, header, results + [{"row": name, "identity": identity, **partial}], saved)
+    return save
+
+
 def cmd_sequential(args) -> int:
     """Run the rows of ``args`` (reusing saved ones), print the tables, write JSON + PNG; 1 when a
     row's undo check failed."""
@@ -115,7 +129,8 @@ def cmd_sequential(args) -> int:
         restore_unedited(base)
         work = args.work / row.name if args.work else None
         log.info("sequential row %s: %d edits", row.name, s.n_edits)
-        res = run_row(base, cfg, s, label=row.name, progress=not args.quiet, work=work, batch=row.batch)
+        res = run_row(base, cfg, s, label=row.name, progress=not args.quiet, work=work, batch=row.batch,
+                      on_checkpoint=_checkpoint_saver(row.name, identity, json_path, header, results, saved))
         results.append({"row": row.name, "identity": identity, **res})
         if json_path:
             save_results(json_path, header, results, saved)

@@ -48,6 +48,12 @@ def _ladder(res: dict) -> str:
     return f"rule {upd.get('rule')}, clamp {' > '.join(f'{c:g}' for c in ladder)}"
 
 
+def format_checkpoint(name: str, row: dict) -> str:
+    """One checkpoint of a running row as it lands: the row's name and its :data:`COLUMNS` cells
+    with their labels (the full table follows at the end of the run)."""
+    return f"{name}: " + ", ".join(f"{label.strip()} {cell(row[k], 0, spec).strip()}" for k, label, _, spec in COLUMNS)
+
+
 def format_row(res: dict) -> str:
     """One row's report: heading, checkpoint table, per-window interference table and undo line."""
     lines = [f"row {res['row']}: {res['method']} on {res['model']} (layer {res['layer']}, {_ladder(res)}, "
@@ -131,8 +137,10 @@ def load_saved(path: Path) -> dict[str, dict]:
 
 def reusable(saved: dict | None, identity: dict) -> bool:
     """Whether ``saved`` (a row of the result file, or None) was measured with ``identity``
-    (compared as JSON: tuples and lists alike)."""
-    return saved is not None and saved.get("identity") == json.loads(json.dumps(identity))
+    (compared as JSON: tuples and lists alike) and finished (a ``partial`` row, saved at a
+    checkpoint of a run stopped before its end, is run again)."""
+    return (saved is not None and not saved.get("partial")
+            and saved.get("identity") == json.loads(json.dumps(identity)))
 
 
 def save_results(path: Path, header: dict, results: list[dict], saved: dict[str, dict]) -> None:

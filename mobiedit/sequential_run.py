@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -234,14 +234,17 @@ def checkpoint_step(base: Baseline, st: RowState, done: int, weight: torch.Tenso
 
 
 def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: bool = False,
-            work: str | Path | None = None, batch: int = 1) -> dict:
+            work: str | Path | None = None, batch: int = 1,
+            on_checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Edit ``base.edits`` sequentially with ``cfg`` (see the module docstring) from the unedited
     model, then check undo; return the table, the per-edit records and the undo check. The model is
     left unedited when the undo succeeds (:func:`restore_unedited` makes sure before the next row).
     ``work``: keep the journal in ``work/journal`` (an absent or empty folder), else a temporary one.
     ``progress``: a bar over the edits on stderr, labelled ``label``. ``batch`` > 1: batches of that
-    many edits, one solve each (:func:`batch_step`); a checkpoint falls at the end of its batch."""
-    from .config_io import to_dict
+    many edits, one solve each (:func:`batch_step`); a checkpoint falls at the end of its batch.
+    ``on_checkpoint(partial)``: after each checkpoint but the last, the result so far
+    (:func:`row_result` with ``partial`` True and no undo check) — a long row's figures are kept
+    when it is stopped before its end."""
     from .journal import Journal, apply_factors
     from .session import EditSession, check_fits, prepare
 
@@ -268,15 +271,25 @@ def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: b
                 bar.set_postfix(applied=len(st.applied_ids), refresh=False)
                 if any(first < m <= done for m in s.marks):
                     checkpoint_step(base, st, done, weight)
+                    if on_checkpoint is not None and done < len(base.edits):
+                        on_checkpoint(row_result(base, cfg, s, st, None, time.perf_counter() - t0))
         undo = undo_check(lm.model, lm.family, journal, base, st.factors, s.n_undo, s.seed, apply_factors)
     finally:
         if tmp is not None:
             tmp.cleanup()
+    return row_result(base, cfg, s, st, undo, time.perf_counter() - t0)
+
+
+def row_result(base: Baseline, cfg, s: SeqSettings, st: RowState, undo: dict | None, wall: float) -> dict:
+    """A row's result: its settings, the checkpoint table and per-edit records so far, the undo
+    check (None: the row is not finished, and the result says ``partial``)."""
+    from .config_io import to_dict
+
     return {"method": _method(cfg), "config": to_dict(cfg), "layer": cfg.layer,
             "model": str(s.model_dir), "n_edits": s.n_edits, "force": s.force, "seed": s.seed,
             "probe_requests": len(base.probes), "probe_true_acc_unedited": base.probe_true,
-            "perplexity_unedited": base.perplexity, "table": st.rows, "edits": st.records, "undo": undo,
-            "wall_seconds": time.perf_counter() - t0}
+            "perplexity_unedited": base.perplexity, "table": list(st.rows), "edits": list(st.records), "undo": undo,
+            "wall_seconds": wall, **({"partial": True} if undo is None else {})}
 
 
 def _method(cfg) -> str:

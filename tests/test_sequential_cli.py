@@ -248,3 +248,25 @@ def test_offset_edits_a_later_slice_and_is_part_of_the_identity(run, small_fact_
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--offset" in err[0], err
         assert not (tmp_path / bad).exists()
+
+
+def test_each_checkpoint_is_printed_and_saved_as_it_lands(run, tmp_path, capsys):
+    """A checkpoint before the row's end is printed at once and saved as a ``partial`` row (a run
+    stopped there keeps it); the finished row replaces it, and a partial row is never reused."""
+    from mobiedit.sequential import _checkpoint_saver
+    from mobiedit.sequential_report import load_saved, reusable
+
+    lines = [ln for ln in run.printed.splitlines() if ln.startswith(("rome-plain: edits 1,", "rome: edits 1,"))]
+    assert len(lines) == 2 and all("eff acc " in ln and "probe true " in ln for ln in lines)
+    assert not any(r.get("partial") for r in run.doc["rows"])
+    done = run.doc["rows"][1]
+    path = tmp_path / "sequential.json"
+    partial = {k: v for k, v in done.items() if k not in ("row", "identity")} | {
+        "undo": None, "partial": True, "table": done["table"][:1]}
+    _checkpoint_saver("rome", done["identity"], path, {"n": N}, [run.doc["rows"][0]], {})(partial)
+    assert capsys.readouterr().out.startswith("rome: edits 1, applied ")
+    saved = load_saved(path)
+    assert list(saved) == ["rome-plain", "rome"] and saved["rome"]["partial"] is True
+    assert saved["rome"]["table"] == done["table"][:1]
+    assert reusable(saved["rome-plain"], run.doc["rows"][0]["identity"])
+    assert not reusable(saved["rome"], done["identity"])  # same identity, but not finished
