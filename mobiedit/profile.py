@@ -71,8 +71,7 @@ class ModelProfile:
             raise ConfigError(f"edit_layer is {self.edit_layer!r}", where=f"{PROFILE_FILE}, field 'edit_layer'",
                               fix="a layer index >= 0 (`mobiedit trace --write-profile` picks one)")
         src = self.stats_corpus
-        if not (src in STATS_SOURCES or (isinstance(src, str) and src.startswith("file:") and len(src) > 5
-                                          and "/" not in src and ".." not in src)):
+        if not (src in STATS_SOURCES or (isinstance(src, str) and _relative_name(src, "file:"))):
             raise ConfigError(f"stats_corpus is {src!r}", where=f"{PROFILE_FILE}, field 'stats_corpus'",
                               fix=f"one of {STATS_SOURCES} or 'file:NAME' (a text file inside the model folder)")
         if not (isinstance(self.requests, str) and (self.requests == "" or _relative_name(self.requests, "file:")
