@@ -212,6 +212,16 @@ class Journal:
         atomic_write_text(self.folder / JOURNAL_FILE, text)
         self._entries = entries
 
+    def rewind(self, n: int) -> None:
+        """Keep the first ``n`` entries, every one marked applied: the journal as it stood after its
+        ``n``-th record, for a writer whose only undos come after its last record (a sequential row
+        resumed from its saved state, :mod:`mobiedit.sequential_resume`). The model is not touched;
+        factors files of dropped entries are left behind (orphans, as :meth:`copy_to` leaves)."""
+        if not 0 <= n <= len(self._entries):
+            raise JournalError(f"cannot rewind to {n} entries: the journal holds {len(self._entries)}",
+                               where=str(self.folder / JOURNAL_FILE), fix=RESTORE)
+        self._write([replace(e, status="applied") for e in self._entries[:n]])
+
     def _store_base(self, module: str, base: torch.Tensor) -> None:
         """Add ``module``'s base weight to base.safetensors (atomic rewrite keeping other keys)."""
         path = self.folder / BASE_FILE

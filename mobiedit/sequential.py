@@ -50,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="folder for sequential.json and sequential.png (a path ending in .json: that "
                                  "file, the PNG beside it); rows already there with the same identity are reused")
-    p.add_argument("--work", type=Path, help="keep each row's journal in WORK/ROW/journal (default: temporary)")
+    p.add_argument("--work", type=Path, help="keep each row's journal in WORK/ROW/journal and its resume state in "
+                                             "WORK/ROW/resume.safetensors, saved after every edit: the same command "
+                                             "run again continues a stopped row where it stopped (default: temporary)")
 
 
 def register(sub) -> None:
@@ -130,7 +132,8 @@ def cmd_sequential(args) -> int:
         work = args.work / row.name if args.work else None
         log.info("sequential row %s: %d edits", row.name, s.n_edits)
         res = run_row(base, cfg, s, label=row.name, progress=not args.quiet, work=work, batch=row.batch,
-                      on_checkpoint=_checkpoint_saver(row.name, identity, json_path, header, results, saved))
+                      on_checkpoint=_checkpoint_saver(row.name, identity, json_path, header, results, saved),
+                      identity=identity)
         results.append({"row": row.name, "identity": identity, **res})
         if json_path:
             save_results(json_path, header, results, saved)

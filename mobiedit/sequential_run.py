@@ -235,7 +235,7 @@ def checkpoint_step(base: Baseline, st: RowState, done: int, weight: torch.Tenso
 
 def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: bool = False,
             work: str | Path | None = None, batch: int = 1,
-            on_checkpoint: Callable[[dict], None] | None = None) -> dict:
+            on_checkpoint: Callable[[dict], None] | None = None, identity: dict | None = None) -> dict:
     """Edit ``base.edits`` sequentially with ``cfg`` (see the module docstring) from the unedited
     model, then check undo; return the table, the per-edit records and the undo check. The model is
     left unedited when the undo succeeds (:func:`restore_unedited` makes sure before the next row).
@@ -244,13 +244,14 @@ def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: b
     many edits, one solve each (:func:`batch_step`); a checkpoint falls at the end of its batch.
     ``on_checkpoint(partial)``: after each checkpoint but the last, the result so far
     (:func:`row_result` with ``partial`` True and no undo check) — a long row's figures are kept
-    when it is stopped before its end."""
+    when it is stopped before its end. ``identity`` (the row's, with ``work``): save the resume
+    state after every edit and resume from the one ``work`` holds (:mod:`mobiedit.sequential_resume`)."""
     from .journal import Journal, apply_factors
+    from .sequential_resume import restore_row, save_state
     from .session import EditSession, check_fits, prepare
 
     t0 = time.perf_counter()
-    if work is not None and Path(work).exists() and any(Path(work).iterdir()):
-        raise ConfigError(f"{work} is not empty", where="--work", fix="choose a new or empty folder for the journals")
+    saved = _saved_state(work, identity)
     lm, st = base.lm, RowState()
     tmp = None if work else tempfile.TemporaryDirectory(prefix="mobiedit-seq-")
     try:
@@ -259,8 +260,15 @@ def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: b
         check_fits(lm, base.edits, ctx)  # with the context templates' length
         session = EditSession.open(lm, cfg, ctx, journal)
         weight = session.weight(cfg.layer)
-        with tqdm(total=len(base.edits), desc=label, unit="edit", disable=not progress) as bar:
+        start = 0
+        if saved is not None:
+            restore_row(saved, session, journal, st)
+            start, t0 = saved.done, t0 - saved.elapsed
+            log.warning("row %s: resumed after edit %d of %d from %s", label, saved.done, len(base.edits), work)
+        with tqdm(total=len(base.edits), initial=start, desc=label, unit="edit", disable=not progress) as bar:
             for index, first in enumerate(range(0, len(base.edits), batch)):
+                if first < start:
+                    continue
                 chunk = base.edits[first:first + batch]
                 if batch == 1:
                     edit_step(session, chunk[0], first + 1, s.force, st)
@@ -273,11 +281,31 @@ def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: b
                     checkpoint_step(base, st, done, weight)
                     if on_checkpoint is not None and done < len(base.edits):
                         on_checkpoint(row_result(base, cfg, s, st, None, time.perf_counter() - t0))
+                if work is not None and identity is not None:
+                    save_state(Path(work), identity, done, len(journal.entries()), st, ctx.edited_keys,
+                               time.perf_counter() - t0)
         undo = undo_check(lm.model, lm.family, journal, base, st.factors, s.n_undo, s.seed, apply_factors)
     finally:
         if tmp is not None:
             tmp.cleanup()
     return row_result(base, cfg, s, st, undo, time.perf_counter() - t0)
+
+
+def _saved_state(work: str | Path | None, identity: dict | None):
+    """The resume state ``work`` holds for a row of ``identity`` (None: a new or empty folder).
+
+    Raises:
+        ConfigError: ``work`` holds files but no resume state (``where="--work"``), or one of another row.
+    """
+    from .sequential_resume import STATE_FILE, load_state
+
+    if work is None or not Path(work).exists() or not any(Path(work).iterdir()):
+        return None
+    saved = load_state(Path(work), identity) if identity is not None else None
+    if saved is None:
+        raise ConfigError(f"{work} is not empty and holds no {STATE_FILE} to resume from", where="--work",
+                          fix="choose a new or empty folder for the journals")
+    return saved
 
 
 def row_result(base: Baseline, cfg, s: SeqSettings, st: RowState, undo: dict | None, wall: float) -> dict:

@@ -271,7 +271,7 @@ class EditSession:
         """The edited matrix of ``layer`` in the float model."""
         return get_module(self.lm.model, self.lm.family.mlp_out, layer).weight
 
-    def _sync_forward(self, layer: int) -> None:
+    def sync_forward(self, layer: int) -> None:
         """Copy the edited matrix into the forward model (it keeps that matrix in float: a float
         island of :func:`~mobiedit.forward.quant.quantized_copy`, so the copy is exact)."""
         if self.fwd_model is None or self.fwd_model is self.lm.model:
@@ -290,7 +290,7 @@ class EditSession:
                                 metrics=out.summary(), config=journal_config(out))
         apply_outcome(self.lm, out)
         if keep:  # a trial is scored on the float model and undone before any search sees it
-            self._sync_forward(out.layer)
+            self.sync_forward(out.layer)
         if keep and out.key is not None:  # later null-space solves of this session protect it
             self.ctx.edited_keys.setdefault(out.layer, []).append(out.key)
 
@@ -298,7 +298,7 @@ class EditSession:
         """Put ``weight`` back into the edit matrix (bit-exact; an independent bench edit's undo)."""
         with torch.no_grad():
             self.weight(layer).copy_(weight)
-        self._sync_forward(layer)
+        self.sync_forward(layer)
 
 
 def written_parts(session: EditSession, req: EditRequest, out: EditOutcome, force: bool = False
