@@ -5,8 +5,8 @@ uninterrupted run makes (``tests/test_sequential_resume.py``).
 
 The state is one file, ``WORK/ROW/resume.safetensors`` (written atomically: temporary file,
 fsync, rename; never a pickle): its metadata holds the row's identity, the number of edits done
-and of journal entries, the per-edit records, the checkpoint rows, the applied case ids, the
-journal ids of the applied factors and the elapsed seconds; its tensors hold what the model's
+and of journal entries, the per-edit records, the checkpoint rows and the elapsed seconds (the
+applied case ids are the records', the applied factors the rewound journal's); its tensors hold what the model's
 weights do not — the keys later null-space solves protect (``ctx.edited_keys``) and the
 interference tracker's rows. The weights themselves are the journal's (``WORK/ROW/journal``):
 on resume it is rewound to the state's entries (:meth:`~mobiedit.journal.Journal.rewind` drops an
@@ -33,15 +33,12 @@ STATE_VERSION = 1
 @dataclass
 class SavedState:
     """A loaded resume state: the edits done, the journal entries they left, the row's records,
-    checkpoint rows, applied case ids, factor journal ids, edited keys per layer, the tracker's
-    tensors and the elapsed seconds."""
+    checkpoint rows, edited keys per layer, the tracker's tensors and the elapsed seconds."""
 
     done: int
     entries: int
     records: list[dict]
     rows: list[dict]
-    applied_ids: list[str]
-    factor_ids: list[int]
     edited_keys: dict[int, list[torch.Tensor]]
     tracker: dict[str, Any]
     elapsed: float
@@ -68,8 +65,7 @@ def save_state(folder: Path, identity: dict, done: int, entries: int, st, edited
         if stacked is not None:
             tensors[f"tracker.{name}"] = stacked
     meta = {"version": STATE_VERSION, "identity": identity, "done": done, "entries": entries,
-            "records": st.records, "rows": st.rows, "applied_ids": sorted(st.applied_ids),
-            "factor_ids": list(st.factors), "own_change": st.tracker.own_change, "elapsed": elapsed}
+            "records": st.records, "rows": st.rows, "own_change": st.tracker.own_change, "elapsed": elapsed}
     atomic_write_bytes(folder / STATE_FILE, save(tensors, metadata={"state": json.dumps(meta)}))
 
 
@@ -101,15 +97,16 @@ def load_state(folder: Path, identity: dict) -> SavedState | None:
     tracker = {"w_rows": list(tensors["tracker.w_rows"].unbind(0)) if "tracker.w_rows" in tensors else [],
                "keys": list(tensors["tracker.keys"].unbind(0)) if "tracker.keys" in tensors else [],
                "own_change": [float(x) for x in meta["own_change"]]}
-    return SavedState(int(meta["done"]), int(meta["entries"]), meta["records"], meta["rows"], meta["applied_ids"],
-                      [int(i) for i in meta["factor_ids"]], keys, tracker, float(meta["elapsed"]))
+    return SavedState(int(meta["done"]), int(meta["entries"]), meta["records"], meta["rows"], keys, tracker,
+                      float(meta["elapsed"]))
 
 
 def restore_row(saved: SavedState, session, journal, st) -> None:
     """Put the model, the session and the row state ``st`` where ``saved`` left them: the journal
     rewound to the saved entries and applied to the (unedited) model, the forward model's copies
-    of the edited matrices synced, the protected keys, records, rows, applied ids, factors and
-    interference tracker restored."""
+    of the edited matrices synced, the protected keys, records, rows and interference tracker
+    restored. The row journals applied edits only, so the applied ids are the records' and the
+    factors are those of every entry the rewound journal holds."""
     lm = session.lm
     journal.rewind(saved.entries)
     journal.apply_all(lm.model, lm.family)
@@ -117,10 +114,9 @@ def restore_row(saved: SavedState, session, journal, st) -> None:
         session.sync_forward(layer)
     session.ctx.edited_keys.clear()
     session.ctx.edited_keys.update({layer: list(keys) for layer, keys in saved.edited_keys.items()})
-    by_id = {e.id: e for e in journal.entries()}
     st.records[:], st.rows[:] = saved.records, saved.rows
-    st.applied_ids.update(saved.applied_ids)
-    st.factors.update({i: journal.load_factors(by_id[i]) for i in saved.factor_ids})
+    st.applied_ids.update(r["case_id"] for r in saved.records if r["applied"])
+    st.factors.update({e.id: journal.load_factors(e) for e in journal.entries()})
     st.tracker.w_rows[:], st.tracker.keys[:] = saved.tracker["w_rows"], saved.tracker["keys"]
     st.tracker.own_change[:] = saved.tracker["own_change"]
     log.info("resumed after edit %d (%d journal entries)", saved.done, saved.entries)
