@@ -66,46 +66,11 @@ public final class Journal {
             throw new MobiEditError("cannot read (" + e.getMessage() + ")", path.getPath(),
                 "check permissions", e);
         }
-        Journal j = new Journal(folder, parse(text, path.getPath()));
+        Journal j = new Journal(folder, JournalEntry.parseAll(text, path.getPath()));
         for (JournalEntry e : j.entries) {
             j.factorsBytes(e);
         }
         return j;
-    }
-
-    /** Entries of a journal text; ids strictly increase and a module's rows agree. */
-    static List<JournalEntry> parse(String text, String where) {
-        List<JournalEntry> out = new ArrayList<JournalEntry>();
-        if (text.length() == 0) {
-            return out;
-        }
-        String[] lines = text.split("\n", -1);
-        if (lines[lines.length - 1].length() != 0) {
-            throw new MobiEditError("last line has no newline (torn or hand-edited)",
-                where + ", line " + lines.length, RESTORE);
-        }
-        for (int n = 1; n < lines.length; n++) {
-            String at = where + ", line " + n;
-            JournalEntry e = JournalEntry.fromJson(Json.parse(lines[n - 1], at), at);
-            if (!out.isEmpty() && e.id <= out.get(out.size() - 1).id) {
-                throw new MobiEditError("id " + e.id + " does not follow "
-                    + out.get(out.size() - 1).id, at + ", field 'id'", "ids must strictly increase");
-            }
-            JournalEntry first = firstOn(out, e.module);
-            if (first != null) {
-                String bad = first.family.equals(e.family) ? null : "family";
-                bad = bad != null ? bad : first.weightOutIn == e.weightOutIn ? null : "weight_out_in";
-                bad = bad != null ? bad : first.dOut == e.dOut ? null : "d_out";
-                bad = bad != null ? bad : first.dIn == e.dIn ? null : "d_in";
-                bad = bad != null ? bad : first.baseSha256.equals(e.baseSha256) ? null : "base_sha256";
-                if (bad != null) {
-                    throw new MobiEditError("differs from edit " + first.id + " on the same module",
-                        at + " (edit " + e.id + "), field '" + bad + "'", RESTORE);
-                }
-            }
-            out.add(e);
-        }
-        return out;
     }
 
     /** The journal folder. */
@@ -174,7 +139,7 @@ public final class Journal {
      * {@link TensorHash} of base.safetensors[module] (written by mobiedit export).
      */
     public String baseSha256(String module) {
-        JournalEntry first = firstOn(entries, module);
+        JournalEntry first = JournalEntry.firstOn(entries, module);
         if (first != null) {
             return first.baseSha256;
         }
@@ -236,7 +201,7 @@ public final class Journal {
         }
         checkFinite(u, "u");
         checkFinite(w, "w");
-        JournalEntry prior = firstOn(entries, target.module);
+        JournalEntry prior = JournalEntry.firstOn(entries, target.module);
         if (prior != null && (prior.dOut != target.dOut || prior.dIn != target.dIn
                 || !prior.family.equals(target.family))) {
             throw new MobiEditError("module '" + target.module + "' was edited as " + prior.family
@@ -421,15 +386,6 @@ public final class Journal {
 
     private String journalPath() {
         return new File(folder, JOURNAL_FILE).getPath();
-    }
-
-    private static JournalEntry firstOn(List<JournalEntry> list, String module) {
-        for (JournalEntry e : list) {
-            if (e.module.equals(module)) {
-                return e;
-            }
-        }
-        return null;
     }
 
     private static void checkFinite(float[] a, String name) {

@@ -1,5 +1,6 @@
 package dev.mobiedit.demo.core;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -198,5 +199,50 @@ public final class JournalEntry {
             names[i] = FIELDS[i][0];
         }
         return Arrays.asList(names);
+    }
+
+    /** Entries of a journal text; ids strictly increase and a module's rows agree. */
+    static List<JournalEntry> parseAll(String text, String where) {
+        List<JournalEntry> out = new ArrayList<JournalEntry>();
+        if (text.length() == 0) {
+            return out;
+        }
+        String[] lines = text.split("\n", -1);
+        if (lines[lines.length - 1].length() != 0) {
+            throw new MobiEditError("last line has no newline (torn or hand-edited)",
+                where + ", line " + lines.length, RESTORE);
+        }
+        for (int n = 1; n < lines.length; n++) {
+            String at = where + ", line " + n;
+            JournalEntry e = JournalEntry.fromJson(Json.parse(lines[n - 1], at), at);
+            if (!out.isEmpty() && e.id <= out.get(out.size() - 1).id) {
+                throw new MobiEditError("id " + e.id + " does not follow "
+                    + out.get(out.size() - 1).id, at + ", field 'id'", "ids must strictly increase");
+            }
+            JournalEntry first = firstOn(out, e.module);
+            if (first != null) {
+                String bad = first.family.equals(e.family) ? null : "family";
+                bad = bad != null ? bad : first.weightOutIn == e.weightOutIn ? null : "weight_out_in";
+                bad = bad != null ? bad : first.dOut == e.dOut ? null : "d_out";
+                bad = bad != null ? bad : first.dIn == e.dIn ? null : "d_in";
+                bad = bad != null ? bad : first.baseSha256.equals(e.baseSha256) ? null : "base_sha256";
+                if (bad != null) {
+                    throw new MobiEditError("differs from edit " + first.id + " on the same module",
+                        at + " (edit " + e.id + "), field '" + bad + "'", RESTORE);
+                }
+            }
+            out.add(e);
+        }
+        return out;
+    }
+
+    /** The first entry of {@code list} on {@code module}, or null. */
+    static JournalEntry firstOn(List<JournalEntry> list, String module) {
+        for (JournalEntry e : list) {
+            if (e.module.equals(module)) {
+                return e;
+            }
+        }
+        return null;
     }
 }
