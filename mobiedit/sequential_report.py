@@ -54,14 +54,19 @@ def format_checkpoint(name: str, row: dict) -> str:
     return f"{name}: " + ", ".join(f"{label.strip()} {cell(row[k], 0, spec).strip()}" for k, label, _, spec in COLUMNS)
 
 
+def table_lines(rows: list[dict]) -> list[str]:
+    """The checkpoint table of ``rows`` (a row result's ``table``): the :data:`COLUMNS` header, one line a checkpoint."""
+    return ["".join(f"{label:>{w}}" for _, label, w, _ in COLUMNS)] + [
+        "".join(cell(r[k], w, spec) for k, _, w, spec in COLUMNS) for r in rows]
+
+
 def format_row(res: dict) -> str:
     """One row's report: heading, checkpoint table, per-window interference table and undo line."""
     lines = [f"row {res['row']}: {res['method']} on {res['model']} (layer {res['layer']}, {_ladder(res)}, "
              f"force={res['force']}; probe: {res['probe_requests']} unedited facts, true-answer acc before "
              f"editing {res['probe_true_acc_unedited']:.1f}; held-out perplexity before "
              f"{cell(res['perplexity_unedited'], 0, '.3f').strip()})",
-             "".join(f"{label:>{w}}" for _, label, w, _ in COLUMNS)]
-    lines += ["".join(cell(r[k], w, spec) for k, _, w, spec in COLUMNS) for r in res["table"]]
+             *table_lines(res["table"])]
     lines.append(f"{'edits':>9}" + "".join(f"{label:>{w}}" for _, label, w, _ in WINDOW_COLUMNS))
     for r in res["table"]:
         win = r["window"]

@@ -69,12 +69,17 @@ def save_state(folder: Path, identity: dict, done: int, entries: int, st, edited
     atomic_write_bytes(folder / STATE_FILE, save(tensors, metadata={"state": json.dumps(meta)}))
 
 
-def load_state(folder: Path, identity: dict) -> SavedState | None:
-    """The state saved in ``folder`` for a row of ``identity`` (None: no state file).
+def _unreadable(path: Path, e: Exception) -> ConfigError:
+    return ConfigError(f"cannot read the row's resume state {path} ({type(e).__name__}: {e})", where="--work",
+                       fix="pass a new or empty --work folder (the row then starts from its first edit)")
+
+
+def read_meta(folder: Path) -> dict | None:
+    """The JSON metadata of the state saved in ``folder`` (identity, edits done, records, rows,
+    elapsed seconds; not the tensors), or None when there is no state file.
 
     Raises:
-        ConfigError: the file is unreadable, or was saved by a row of another identity
-            (``where="--work"``: the fix is the run's original arguments or a new folder).
+        ConfigError: the file is unreadable or holds no state metadata (``where="--work"``).
     """
     from safetensors import safe_open
 
@@ -84,14 +89,36 @@ def load_state(folder: Path, identity: dict) -> SavedState | None:
     try:
         with safe_open(str(path), framework="pt") as fh:
             meta = json.loads((fh.metadata() or {})["state"])
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    except Exception as e:  # truncated, not safetensors, no state metadata
-        raise ConfigError(f"cannot read the row's resume state {path} ({type(e).__name__}: {e})", where="--work",
-                          fix="pass a new or empty --work folder (the row then starts from its first edit)") from None
-    if meta.get("version") != STATE_VERSION or meta.get("identity") != json.loads(json.dumps(identity)):
+        if not isinstance(meta, dict) or meta.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {meta.get('version') if isinstance(meta, dict) else None!r}, "
+                             f"expected {STATE_VERSION}")
+    except Exception as e:  # truncated, not safetensors, no state metadata, another version
+        raise _unreadable(path, e) from None
+    return meta
+
+
+def load_state(folder: Path, identity: dict) -> SavedState | None:
+    """The state saved in ``folder`` for a row of ``identity`` (None: no state file).
+
+    Raises:
+        ConfigError: the file is unreadable, or was saved by a row of another identity
+            (``where="--work"``: the fix is the run's original arguments or a new folder).
+    """
+    from safetensors import safe_open
+
+    meta = read_meta(folder)
+    if meta is None:
+        return None
+    path = folder / STATE_FILE
+    if meta.get("identity") != json.loads(json.dumps(identity)):
         raise ConfigError(f"{path} was saved by a row of other settings (config, model, requests, edits, "
                           "checkpoints or seed)", where="--work",
                           fix="rerun with the stopped run's arguments to resume it, or pass a new --work folder")
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    except Exception as e:
+        raise _unreadable(path, e) from None
     keys = {int(name.split(".", 1)[1]): list(t.unbind(0)) for name, t in tensors.items()
             if name.startswith("edited_keys.")}
     tracker = {"w_rows": list(tensors["tracker.w_rows"].unbind(0)) if "tracker.w_rows" in tensors else [],

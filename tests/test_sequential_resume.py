@@ -131,3 +131,44 @@ def test_rewinding_a_journal_past_its_end_is_refused_and_changes_nothing(tmp_pat
     with pytest.raises(JournalError, match="cannot rewind to 1 entries: the journal holds 0") as e:
         journal.rewind(1)
     assert JOURNAL_FILE in str(e.value) and (tmp_path / "journal" / JOURNAL_FILE).read_text() == ""
+
+
+def test_status_reads_a_finished_and_a_stopped_row_without_loading_a_model(setup, tmp_path):
+    from types import SimpleNamespace
+
+    from mobiedit.sequential_resume import save_state
+
+    _, _, _, whole = setup
+    rc, printed = _cli(["sequential-status", whole["work"]])
+    assert rc == 0 and "row s2rp: mobiedit" in printed and f"2 of {N} edits done" in printed and "finished" in printed
+    rc, printed = _cli(["sequential-status", whole["work"], "--json"])
+    (row,) = json.loads(printed)
+    assert (row["done"], row["n"], row["finished"]) == (2, 2, True)
+    assert row["applied"] == sum(e["applied"] for e in whole["edits"]) and row["rows"] == whole["table"]
+    # a row stopped after its first edit: the rate is that edit's wall time, one edit is left
+    first = whole["edits"][0]
+    st = SimpleNamespace(records=[first], rows=whole["table"][:1],
+                         tracker=SimpleNamespace(w_rows=[], keys=[], own_change=[]))
+    (tmp_path / "w" / "s2rp").mkdir(parents=True)
+    save_state(tmp_path / "w" / "s2rp", whole["identity"], 1, 2, st, {}, 42.0)
+    rc, printed = _cli(["sequential-status", str(tmp_path / "w"), "--json"])
+    (row,) = json.loads(printed)
+    assert rc == 0 and (row["done"], row["finished"], row["elapsed_s"]) == (1, False, 42.0)
+    assert row["rate_s_per_edit"] == row["remaining_s"] == first["wall_s"]
+    assert row["recent"][0]["case_id"] == first["case_id"]
+    rc, printed = _cli(["sequential-status", str(tmp_path / "w")])
+    assert f"1 of {N} edits done" in printed and "next checkpoint at 2" in printed
+
+
+def test_status_names_the_folder_when_there_is_no_readable_state(tmp_path, capsys):
+    from mobiedit.sequential_resume import STATE_FILE
+
+    rc, _ = _cli(["sequential-status", str(tmp_path / "absent")])
+    assert rc == 2 and "is not a folder" in capsys.readouterr().err
+    (tmp_path / "row").mkdir()
+    rc, _ = _cli(["sequential-status", str(tmp_path)])
+    assert rc == 2 and "no row state" in capsys.readouterr().err
+    (tmp_path / "row" / STATE_FILE).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+    rc, _ = _cli(["sequential-status", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot read the row's resume state" in err and "Traceback" not in err

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("harness", ("mobiedit.bench", "mobiedit.bench_rows", "mobiedit.bench_prefix", "mobiedit.bench_shape", "mobiedit.demo", "mobiedit.tune",
                  "mobiedit.sequential", "mobiedit.sequential_rows", "mobiedit.sequential_run",
                  "mobiedit.sequential_interference", "mobiedit.sequential_report", "mobiedit.sequential_plot",
-                 "mobiedit.sequential_resume",
+                 "mobiedit.sequential_resume", "mobiedit.sequential_status",
                  "mobiedit.causal_trace_report",
                  "mobiedit.rowlog", "mobiedit.zo.bench_overhead", "mobiedit.export.bench",
                  "mobiedit.export.bench_flags", "mobiedit.export.quality",

@@ -29,7 +29,7 @@ COMMANDS: dict[str, Command] = {
 
 def registrars() -> list[Callable[[Any], None]]:
     """The ``register(subparsers)`` functions of the verbs that live with their subject (bench,
-    bench-prefix, bench-quant, bench-shape, demo, tune, sequential; export, run, bench-export, bundle-undo when the
+    bench-prefix, bench-quant, bench-shape, demo, tune, sequential, sequential-status; export, run, bench-export, bundle-undo when the
     export package imports), added after :data:`COMMANDS` in this order. None of them imports this
     package. Imported here, not at module level: only a parser build needs them."""
     from ..bench import register as bench
@@ -38,9 +38,10 @@ def registrars() -> list[Callable[[Any], None]]:
     from ..bench_shape import register as bench_shape
     from ..demo import register as demo
     from ..sequential import register as sequential
+    from ..sequential_status import register as sequential_status
     from ..tune import register as tune
 
-    out = [bench, bench_prefix, bench_quant, bench_shape, demo, tune, sequential]
+    out = [bench, bench_prefix, bench_quant, bench_shape, demo, tune, sequential, sequential_status]
     try:
         from ..export.cli import register as export
     except ImportError:  # the export extra is not installed
