@@ -49,3 +49,19 @@ def test_pickled_checkpoint_refused(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"not really a pickle")
     r = _run("eval", "--model", str(tmp_path), "--subject", "A", "--prompt", "{} is", "--target", "b")
     assert r.returncode == 2 and "safetensors" in r.stderr and "pytorch_model.bin" in r.stderr
+
+
+def test_a_closed_stdout_pipe_ends_quietly(monkeypatch, capsys):
+    """`mobiedit ... | head`: the reader closing the pipe is not the command's error (exit 141, nothing on stderr)."""
+    import os
+    import sys
+
+    from mobiedit.cli import main
+
+    r, w = os.pipe()
+    os.close(r)
+    out = os.fdopen(w, "w", buffering=1)
+    monkeypatch.setattr(sys, "stdout", out)
+    rc = main(["model", "--list"])
+    assert rc == 141 and capsys.readouterr().err == ""
+    out.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any, Callable
 
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``mobiedit`` on ``argv`` (default ``sys.argv[1:]``); returns the exit code: the verb's,
-    2 for a :class:`MobiEditError` or an unnamed OS error (one line on stderr), 130 on Ctrl-C."""
+    2 for a :class:`MobiEditError` or an unnamed OS error (one line on stderr), 130 on Ctrl-C, 141
+    (nothing said) when stdout's reader closed the pipe."""
     quiet_libraries()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -76,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mobiedit: error: {term_safe(e)}", file=sys.stderr)
         return 2
     except OSError as e:  # a read / write failure the command did not name itself
+        if isinstance(e, BrokenPipeError) and _stdout_reader_gone():  # `| head`: stop quietly, as a shell tool does
+            return 141  # 128 + SIGPIPE
         from ..outputs import named_os_error
 
         print(f"mobiedit: error: {term_safe(named_os_error(e))}", file=sys.stderr)
@@ -83,3 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mobiedit: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it; if so, point stdout's descriptor at
+    /dev/null, so the interpreter's flush at exit does not raise again (Python's recipe for SIGPIPE)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if not any(ev & select.POLLERR for _, ev in poller.poll(0)):
+            return False  # the broken pipe was another one: a named error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+        return True
+    except (OSError, ValueError, AttributeError):  # no real descriptor
+        return False
