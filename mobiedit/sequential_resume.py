@@ -69,17 +69,21 @@ def save_state(folder: Path, identity: dict, done: int, entries: int, st, edited
     atomic_write_bytes(folder / STATE_FILE, save(tensors, metadata={"state": json.dumps(meta)}))
 
 
-def _unreadable(path: Path, e: Exception) -> ConfigError:
-    return ConfigError(f"cannot read the row's resume state {path} ({type(e).__name__}: {e})", where="--work",
-                       fix="pass a new or empty --work folder (the row then starts from its first edit)")
+#: the fix for an unreadable state, when the reader is the row's own run
+NEW_WORK_FIX = "pass a new or empty --work folder (the row then starts from its first edit)"
 
 
-def read_meta(folder: Path) -> dict | None:
+def _unreadable(path: Path, e: Exception, where: str = "--work", fix: str = NEW_WORK_FIX) -> ConfigError:
+    return ConfigError(f"cannot read the row's resume state {path} ({type(e).__name__}: {e})", where=where, fix=fix)
+
+
+def read_meta(folder: Path, where: str = "--work", fix: str = NEW_WORK_FIX) -> dict | None:
     """The JSON metadata of the state saved in ``folder`` (identity, edits done, records, rows,
     elapsed seconds; not the tensors), or None when there is no state file.
 
     Raises:
-        ConfigError: the file is unreadable or holds no state metadata (``where="--work"``).
+        ConfigError: the file is unreadable or holds no state metadata (``where``, ``fix``: the
+            reader's argument and remedy).
     """
     from safetensors import safe_open
 
@@ -93,7 +97,7 @@ def read_meta(folder: Path) -> dict | None:
             raise ValueError(f"state version {meta.get('version') if isinstance(meta, dict) else None!r}, "
                              f"expected {STATE_VERSION}")
     except Exception as e:  # truncated, not safetensors, no state metadata, another version
-        raise _unreadable(path, e) from None
+        raise _unreadable(path, e, where, fix) from None
     return meta
 
 

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: the recent edits whose mean wall time sets the rate of the rest
 RATE_WINDOW = 20
+#: the fix for a state this command cannot read
+DAMAGED_FIX = "the row's state is damaged: rerun its `mobiedit sequential` command with a new --work folder"
 
 
 @dataclass
@@ -54,14 +56,24 @@ def row_status(folder: Path, now: float | None = None, recent: int = 5) -> RowSt
     """The status of the row whose state ``folder`` holds.
 
     Raises:
-        ConfigError: no state in ``folder``, or one that cannot be read (``where`` names the folder).
+        ConfigError: no state in ``folder``, or one that cannot be read (``where="WORK"``).
     """
     from .sequential_resume import STATE_FILE, read_meta
 
-    meta = read_meta(folder)
+    meta = read_meta(folder, where="WORK", fix=DAMAGED_FIX)
     if meta is None:
         raise ConfigError(f"no {STATE_FILE} in {folder}", where="WORK",
                           fix="pass the --work folder of a `mobiedit sequential` run")
+    try:
+        return _status(folder, meta, now, recent)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a state not written by save_state
+        raise ConfigError(f"the row's resume state {folder / STATE_FILE} lacks or mistypes a field "
+                          f"({type(e).__name__}: {e})", where="WORK", fix=DAMAGED_FIX) from None
+
+
+def _status(folder: Path, meta: dict, now: float | None, recent: int) -> RowStatus:
+    from .sequential_resume import STATE_FILE
+
     ident, records = meta["identity"], meta["records"]
     walls = [r["wall_s"] for r in records[-RATE_WINDOW:] if isinstance(r.get("wall_s"), (int, float))]
     rate = sum(walls) / len(walls) if walls else None
@@ -120,7 +132,7 @@ def format_status(rows: list[RowStatus]) -> str:
                  f"  {_duration(r.elapsed_s)} of editing so far; state saved {_duration(r.saved_ago_s)} ago "
                  f"({r.folder})",
                  f"  {'edit':>6}  {'case':<30}{'applied':>8}{'evals':>7}{'rungs':>6}{'s':>7}  status"]
-        lines += [f"  {e['edit']:>6}  {str(e['case_id']):<30}{'yes' if e['applied'] else 'no':>8}"
+        lines += [f"  {str(e['edit']):>6}  {str(e['case_id']):<30}{'yes' if e['applied'] else 'no':>8}"
                   f"{cell(e['loss_evals'], 7, 'd')}{cell(e['ladder_tries'], 6, 'd')}{cell(e['wall_s'], 7, '.0f')}"
                   f"  {e['status']}" for e in r.recent]
         lines += ["  " + line for line in table_lines(r.rows)] if r.rows else ["  no checkpoint yet"]

@@ -172,3 +172,9 @@ def test_status_names_the_folder_when_there_is_no_readable_state(tmp_path, capsy
     rc, _ = _cli(["sequential-status", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot read the row's resume state" in err and "Traceback" not in err
+    from safetensors.torch import save
+
+    (tmp_path / "row" / STATE_FILE).write_bytes(save({}, metadata={"state": json.dumps({"version": 1, "done": 3})}))
+    rc, _ = _cli(["sequential-status", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "lacks or mistypes a field" in err and "WORK" in err and "Traceback" not in err
