@@ -13,14 +13,11 @@ JSON metadata is read). The run continues when its own command is run again.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 #: the recent edits whose mean wall time sets the rate of the rest
 RATE_WINDOW = 20
@@ -75,15 +72,15 @@ def _status(folder: Path, meta: dict, now: float | None, recent: int) -> RowStat
     from .sequential_resume import STATE_FILE
 
     ident, records = meta["identity"], meta["records"]
-    walls = [r["wall_s"] for r in records[-RATE_WINDOW:] if isinstance(r.get("wall_s"), (int, float))]
+    walls = [float(r["wall_s"]) for r in records[-RATE_WINDOW:]]
     rate = sum(walls) / len(walls) if walls else None
     n, done = int(ident["n"]), int(meta["done"])
     mtime = (folder / STATE_FILE).stat().st_mtime
     return RowStatus(
-        row=str(ident.get("row", folder.name)), method=str(ident.get("method", "?")), model=str(ident.get("model", "?")),
-        folder=str(folder), n=n, done=done, applied=sum(1 for r in records if r.get("applied")),
-        checkpoints=[int(c) for c in ident.get("checkpoints", [])], rows=meta["rows"],
-        recent=[{k: r.get(k) for k in ("edit", "case_id", "applied", "status", "loss_evals", "ladder_tries", "wall_s")}
+        row=str(ident["row"]), method=str(ident["method"]), model=str(ident["model"]),
+        folder=str(folder), n=n, done=done, applied=sum(1 for r in records if r["applied"]),
+        checkpoints=[int(c) for c in ident["checkpoints"]], rows=meta["rows"],
+        recent=[{k: r[k] for k in ("edit", "case_id", "applied", "status", "loss_evals", "ladder_tries", "wall_s")}
                 for r in records[-recent:]],
         elapsed_s=float(meta["elapsed"]), rate_s_per_edit=rate,
         remaining_s=rate * (n - done) if rate is not None else None,
@@ -110,11 +107,10 @@ def work_status(work: Path, now: float | None = None) -> list[RowStatus]:
 
 
 def _duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s < 120:
-        return f"{s:.0f} s"
-    return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    """``s`` seconds as tqdm writes them (``[H:]MM:SS``); None as ``-``."""
+    from tqdm import tqdm
+
+    return "-" if s is None else tqdm.format_interval(s)
 
 
 def format_status(rows: list[RowStatus]) -> str:
@@ -127,7 +123,7 @@ def format_status(rows: list[RowStatus]) -> str:
         lines = [f"row {r.row}: {r.method} on {r.model}",
                  f"  {r.done} of {r.n} edits done, {r.applied} applied; "
                  + ("finished: rerun its command for the undo check and the result file" if r.finished else
-                    f"next checkpoint at {nxt}; {_duration(r.rate_s_per_edit)}/edit over the last "
+                    f"next checkpoint at {nxt}; {cell(r.rate_s_per_edit, 0, '.0f')} s/edit over the last "
                     f"{min(RATE_WINDOW, r.done)}, about {_duration(r.remaining_s)} of search left"),
                  f"  {_duration(r.elapsed_s)} of editing so far; state saved {_duration(r.saved_ago_s)} ago "
                  f"({r.folder})",

@@ -214,7 +214,7 @@ public final class JournalEntry {
         }
         for (int n = 1; n < lines.length; n++) {
             String at = where + ", line " + n;
-            JournalEntry e = JournalEntry.fromJson(Json.parse(lines[n - 1], at), at);
+            JournalEntry e = fromJson(Json.parse(lines[n - 1], at), at);
             if (!out.isEmpty() && e.id <= out.get(out.size() - 1).id) {
                 throw new MobiEditError("id " + e.id + " does not follow "
                     + out.get(out.size() - 1).id, at + ", field 'id'", "ids must strictly increase");
