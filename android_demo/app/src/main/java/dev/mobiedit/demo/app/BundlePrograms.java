@@ -4,6 +4,7 @@ import dev.mobiedit.demo.core.EditPack;
 import dev.mobiedit.demo.core.HostTensor;
 import dev.mobiedit.demo.core.LanguageModel;
 import dev.mobiedit.demo.core.Manifest;
+import dev.mobiedit.demo.core.ManifestFields;
 import dev.mobiedit.demo.core.MobiEditError;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -48,6 +49,9 @@ public final class BundlePrograms implements ModelRuntime {
         "sin", "target_index", "target_label", "target_weight", "target_rows", "kl_suffix_index",
         "kl_ref", "kl_weight", "wd_scale"};
     private static final String[] EDIT_OUT = {"losses", "correct"};
+    /** The fix when the programs' inputs / outputs are not the ones this app builds / reads. */
+    private static final String MATCH_APP =
+        "use an app version that matches this bundle's exporter";
 
     private final Manifest m;
     private final ProgramExecutor exec;
@@ -76,9 +80,9 @@ public final class BundlePrograms implements ModelRuntime {
         boolean rotaryIn = m.program("edit").inputs.contains("cos");
         if (rotaryOut != rotaryIn || rotaryIn != m.program("edit").inputs.contains("sin")
                 || rotaryOut != m.program("prefix").outputs.contains("sin")) {
-            throw new MobiEditError("the prefix program's outputs and the edit program's inputs"
-                + " disagree on the rotary tables cos / sin", "manifest.json, field 'programs'",
-                "re-export the bundle with mobiedit export");
+            throw ManifestFields.err("programs", "the prefix program's outputs and the edit"
+                + " program's inputs disagree on the rotary tables cos / sin",
+                ManifestFields.REEXPORT);
         }
     }
 
@@ -93,25 +97,22 @@ public final class BundlePrograms implements ModelRuntime {
         List<String> known = Arrays.asList(in);
         for (String name : p.inputs) {
             if (!known.contains(name)) {
-                throw new MobiEditError("the " + role + " program takes input '" + name
-                    + "', which this app does not build (it builds " + known + ")",
-                    "manifest.json, field 'programs." + role + ".inputs'",
-                    "use an app version that matches this bundle's exporter");
+                throw ManifestFields.err("programs." + role + ".inputs", "the " + role
+                    + " program takes input '" + name + "', which this app does not build (it"
+                    + " builds " + known + ")", MATCH_APP);
             }
         }
         for (String name : in) {
             boolean optional = name.equals("cos") || name.equals("sin");
             if (!optional && !p.inputs.contains(name)) {
-                throw new MobiEditError("the " + role + " program does not take '" + name + "'",
-                    "manifest.json, field 'programs." + role + ".inputs'",
-                    "use an app version that matches this bundle's exporter");
+                throw ManifestFields.err("programs." + role + ".inputs", "the " + role
+                    + " program does not take '" + name + "'", MATCH_APP);
             }
         }
         for (String name : out) {
             if (!p.outputs.contains(name)) {
-                throw new MobiEditError("the " + role + " program has no output '" + name + "'",
-                    "manifest.json, field 'programs." + role + ".outputs'",
-                    "use an app version that matches this bundle's exporter");
+                throw ManifestFields.err("programs." + role + ".outputs", "the " + role
+                    + " program has no output '" + name + "'", MATCH_APP);
             }
         }
     }

@@ -10,8 +10,8 @@ import dev.mobiedit.demo.core.Journal;
 import dev.mobiedit.demo.core.JournalEntry;
 import dev.mobiedit.demo.core.JournalGuard;
 import dev.mobiedit.demo.core.Manifest;
+import dev.mobiedit.demo.core.ManifestFields;
 import dev.mobiedit.demo.core.ManifestReader;
-import dev.mobiedit.demo.core.MobiEditError;
 import dev.mobiedit.demo.core.Recipe;
 import java.io.File;
 import java.text.SimpleDateFormat;
@@ -65,8 +65,7 @@ public final class BundleSession {
             ManifestReader.Progress progress) throws Exception {
         Manifest m = ManifestReader.open(dir, progress);
         if (!Manifest.RUNTIME_EXECUTORCH.equals(m.runtime)) {
-            throw new MobiEditError("bundle runtime is '" + m.runtime + "'",
-                "manifest.json, field 'runtime'",
+            throw ManifestFields.err("runtime", "bundle runtime is '" + m.runtime + "'",
                 "this app runs ExecuTorch bundles: mobiedit export --runtime executorch");
         }
         BundlePrograms.checkContract(m);

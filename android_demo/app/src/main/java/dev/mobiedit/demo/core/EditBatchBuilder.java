@@ -25,8 +25,8 @@ public final class EditBatchBuilder {
     public static EditBatch build(ByteLevelBpe tok, EditRequest req, List<String> templates,
             String klPrompt, int padId) {
         if (templates.isEmpty()) {
-            throw new MobiEditError("no context templates", "manifest.json, field 'edit.templates'",
-                "re-export the bundle with mobiedit export");
+            throw ManifestFields.err("edit.templates", "no context templates",
+                ManifestFields.REEXPORT);
         }
         int[] target = tok.encode(" " + req.targetNew.trim(), false);
         if (target.length == 0) {

@@ -195,9 +195,8 @@ public final class EditPack {
 
     private static void fit(String name, int need, int have, String field) {
         if (need > have) {
-            throw new MobiEditError("this edit needs " + name + " " + need
+            throw ManifestFields.err("shapes." + field, "this edit needs " + name + " " + need
                 + ", the programs were exported for " + have,
-                "manifest.json, field 'shapes." + field + "'",
                 "shorten the subject, prompt or answer, or re-export with larger edit shapes");
         }
     }

@@ -23,7 +23,8 @@ import java.util.List;
  * SUCCEEDED / NOT_CONVERGED follow the outcome's {@code succeeded}: the written edit's verdict
  * (verify after write) when it could be taken, else the loop's. An invalid submit stays in its
  * phase and sets {@link #error()} (naming the form field). An event not allowed in the current
- * phase throws IllegalStateException naming both.
+ * phase throws IllegalStateException naming both. The machine holds the phase and its rules; the
+ * current edit's data and its status line are an {@link EditRun}.
  */
 public final class EditStateMachine {
 
@@ -40,26 +41,8 @@ public final class EditStateMachine {
 
     private Phase phase = Phase.IDLE;
     private Listener listener;
-    private EditRequest request;
-    private String error;
-    private String before;
-    private String after;
-    private String status;
-    private long step;
-    private long evals;
-    private double loss = Double.NaN;
-    /** The search's own verdict once finished (null: not reported, or the write not verified). */
-    private Boolean loopSucceeded;
-    private int rung;
-    private int rungs;
-    private double rungFraction = Double.NaN;
-    private final List<Double> losses = new ArrayList<Double>();
-    private long editId = -1;
-    /** While APPLYING: the earlier edit being repaired (-1: none), cancel() asked to stop. */
-    private long repairingId = -1;
-    private boolean stopping;
-    private int repaired;
-    private int unrepaired;
+    /** The current edit's data (a new one for each edit); guarded by this machine's lock. */
+    private EditRun run = new EditRun();
 
     /** Set (or clear with null) the listener. */
     public synchronized void setListener(Listener l) {
@@ -78,12 +61,12 @@ public final class EditStateMachine {
         try {
             r = EditRequest.fromForm(subject, prompt, newAnswer);
         } catch (MobiEditError e) {
-            error = e.getMessage();
+            run.error = e.getMessage();
             notifyListener();
             return null;
         }
-        clearRun();
-        request = r;
+        run = new EditRun();
+        run.request = r;
         phase = Phase.PREPARING;
         notifyListener();
         return r;
@@ -93,7 +76,7 @@ public final class EditStateMachine {
     public synchronized void cancel() {
         require("cancel", Phase.PREPARING, Phase.RUNNING, Phase.APPLYING);
         if (phase == Phase.APPLYING) {
-            stopping = true;
+            run.stopping = true;
         } else {
             phase = Phase.CANCELLING;
         }
@@ -110,7 +93,7 @@ public final class EditStateMachine {
     /** Drop the found edit (nothing is recorded). */
     public synchronized void discard() {
         require("discard", Phase.SUCCEEDED, Phase.NOT_CONVERGED);
-        clearRun();
+        run = new EditRun();
         phase = Phase.IDLE;
         notifyListener();
     }
@@ -118,7 +101,7 @@ public final class EditStateMachine {
     /** Back to IDLE from a finished edit. */
     public synchronized void reset() {
         require("reset", Phase.APPLIED, Phase.FAILED, Phase.CANCELLED, Phase.IDLE);
-        clearRun();
+        run = new EditRun();
         phase = Phase.IDLE;
         notifyListener();
     }
@@ -128,11 +111,11 @@ public final class EditStateMachine {
     /** The batch and prefix state are ready; {@code beforeAnswer} is the unedited answer. */
     public synchronized void prepared(String beforeAnswer) {
         if (phase == Phase.CANCELLING) {
-            before = beforeAnswer;
+            run.before = beforeAnswer;
             return;
         }
         require("prepared", Phase.PREPARING);
-        before = beforeAnswer;
+        run.before = beforeAnswer;
         phase = Phase.RUNNING;
         notifyListener();
     }
@@ -143,10 +126,10 @@ public final class EditStateMachine {
             return;
         }
         require("progress", Phase.RUNNING);
-        step = stepsDone;
-        loss = baseLoss;
-        evals = evalsDone;
-        losses.add(baseLoss);
+        run.step = stepsDone;
+        run.loss = baseLoss;
+        run.evals = evalsDone;
+        run.losses.add(baseLoss);
         notifyListener();
     }
 
@@ -159,9 +142,9 @@ public final class EditStateMachine {
             return;
         }
         require("rung", Phase.PREPARING, Phase.RUNNING);
-        rung = index;
-        rungs = count;
-        rungFraction = fraction;
+        run.rung = index;
+        run.rungs = count;
+        run.rungFraction = fraction;
         notifyListener();
     }
 
@@ -183,10 +166,10 @@ public final class EditStateMachine {
     public synchronized void finished(String engineStatus, boolean succeeded,
             Boolean loopSucceeded, long stepsDone, long evalsDone) {
         require("finished", Phase.RUNNING, Phase.CANCELLING);
-        status = engineStatus;
-        this.loopSucceeded = loopSucceeded;
-        step = stepsDone;
-        evals = evalsDone;
+        run.status = engineStatus;
+        run.loopSucceeded = loopSucceeded;
+        run.step = stepsDone;
+        run.evals = evalsDone;
         if (phase == Phase.CANCELLING) {
             phase = Phase.CANCELLED;
         } else {
@@ -211,11 +194,11 @@ public final class EditStateMachine {
     public synchronized void applied(long id, String afterAnswer, int repairedCount,
             int unrepairedCount) {
         require("applied", Phase.APPLYING);
-        editId = id;
-        after = afterAnswer;
-        repaired = repairedCount;
-        unrepaired = unrepairedCount;
-        repairingId = -1;
+        run.editId = id;
+        run.after = afterAnswer;
+        run.repaired = repairedCount;
+        run.unrepaired = unrepairedCount;
+        run.repairingId = -1;
         phase = Phase.APPLIED;
         notifyListener();
     }
@@ -223,14 +206,14 @@ public final class EditStateMachine {
     /** While APPLYING: the repair of lost earlier edit {@code lostId} starts. */
     public synchronized void repairing(long lostId) {
         require("repairing", Phase.APPLYING);
-        repairingId = lostId;
+        run.repairingId = lostId;
         notifyListener();
     }
 
     /** Something failed while busy; {@code message} names what and how to fix it. */
     public synchronized void failed(String message) {
         require("failed", Phase.PREPARING, Phase.RUNNING, Phase.CANCELLING, Phase.APPLYING);
-        error = message;
+        run.error = message;
         phase = Phase.FAILED;
         notifyListener();
     }
@@ -243,62 +226,62 @@ public final class EditStateMachine {
 
     /** The request being edited, or null. */
     public synchronized EditRequest request() {
-        return request;
+        return run.request;
     }
 
     /** Validation or failure message, or null. */
     public synchronized String error() {
-        return error;
+        return run.error;
     }
 
     public synchronized String before() {
-        return before;
+        return run.before;
     }
 
     public synchronized String after() {
-        return after;
+        return run.after;
     }
 
     /** Engine status name once finished, else null. */
     public synchronized String status() {
-        return status;
+        return run.status;
     }
 
     public synchronized long step() {
-        return step;
+        return run.step;
     }
 
     public synchronized long evals() {
-        return evals;
+        return run.evals;
     }
 
     /** The search's own verdict once finished, if the written one was taken; else null. */
     public synchronized Boolean loopSucceeded() {
-        return loopSucceeded;
+        return run.loopSucceeded;
     }
 
     /** The clamp ladder's current rung (1-based; 0: no ladder), of {@link #rungs()}. */
     public synchronized int rung() {
-        return rung;
+        return run.rung;
     }
 
     public synchronized int rungs() {
-        return rungs;
+        return run.rungs;
     }
 
     /** Last base loss (NaN before the first step). */
     public synchronized double loss() {
-        return loss;
+        return run.loss;
     }
 
     /** Base loss of every step so far. */
     public synchronized List<Double> losses() {
-        return Collections.unmodifiableList(new ArrayList<Double>(losses));
+        return Collections.unmodifiableList(new ArrayList<Double>(run.losses));
     }
 
     /** Journal id of the applied edit, or -1. */
     public synchronized long editId() {
-        return editId;
+        return run.editId;
     }
 
     /** True while the worker thread owns the edit. */
@@ -314,7 +297,7 @@ public final class EditStateMachine {
 
     public synchronized boolean canCancel() {
         return phase == Phase.PREPARING || phase == Phase.RUNNING
-            || phase == Phase.APPLYING && !stopping;
+            || phase == Phase.APPLYING && !run.stopping;
     }
 
     public synchronized boolean canApply() {
@@ -323,62 +306,7 @@ public final class EditStateMachine {
 
     /** One line for the progress label. */
     public synchronized String statusLine() {
-        switch (phase) {
-            case IDLE:
-                return error != null ? error : "Type a fact and press Edit.";
-            case PREPARING:
-                return "Preparing (tokenising, prefix forward)…" + rungText();
-            case RUNNING:
-                return "Step " + step + "  loss " + fmt(loss) + "  (" + evals + " loss evaluations)"
-                    + rungText();
-            case SUCCEEDED:
-                return (earlyStop() ? "Early stop after " : "Stopped after ") + step + " steps ("
-                    + status + "), loss " + fmt(loss) + rungText()
-                    + (loopSucceeded != null ? "; the written edit says it" : "")
-                    + ". Apply to keep it.";
-            case NOT_CONVERGED:
-                if (Boolean.TRUE.equals(loopSucceeded)) {  // the search's check passed
-                    return (earlyStop() ? "Early stop after " : "Stopped after ") + step
-                        + " steps (" + status + ")" + rungText()
-                        + ", but the written edit does not say it. Apply anyway or discard.";
-                }
-                return "Stopped after " + step + " steps (" + status + ")" + rungText()
-                    + " without the edit holding. Apply anyway or discard.";
-            case CANCELLING:
-                return "Cancelling…";
-            case CANCELLED:
-                return "Cancelled.";
-            case APPLYING:
-                if (stopping) {
-                    return "Stopping the repairs…";
-                }
-                return repairingId < 0 ? "Recording the edit…"
-                    : "Repairing edit #" + repairingId + " (lost after this edit)…";
-            case APPLIED:
-                return "Applied as edit #" + editId + (repaired > 0 ? "; repaired " + repaired
-                    + " earlier edit(s)" : "") + (unrepaired > 0 ? "; " + unrepaired
-                    + " lost earlier edit(s) could not be repaired" : "") + ".";
-            default:
-                return "Failed: " + error;
-        }
-    }
-
-    /** True when the search stopped early on its own success. */
-    private boolean earlyStop() {
-        return "SUCCESS_CHECK".equals(status) || "SUCCESS_LOSS".equals(status);
-    }
-
-    /** "  clamp 0.5 (rung 1 of 3)" during / after a ladder climb, else "". */
-    private String rungText() {
-        if (rungs == 0) {
-            return "";
-        }
-        return "  clamp " + new java.math.BigDecimal(Double.toString(rungFraction))
-            .stripTrailingZeros().toPlainString() + " (rung " + rung + " of " + rungs + ")";
-    }
-
-    private static String fmt(double v) {
-        return Double.isNaN(v) ? "–" : String.format(java.util.Locale.ROOT, "%.4f", v);
+        return run.statusLine(phase);
     }
 
     private void require(String event, Phase... allowed) {
@@ -389,27 +317,6 @@ public final class EditStateMachine {
         }
         throw new IllegalStateException("edit screen: event '" + event
             + "' is not allowed in phase " + phase);
-    }
-
-    private void clearRun() {
-        request = null;
-        error = null;
-        before = null;
-        after = null;
-        status = null;
-        step = 0;
-        evals = 0;
-        loss = Double.NaN;
-        loopSucceeded = null;
-        rung = 0;
-        rungs = 0;
-        rungFraction = Double.NaN;
-        losses.clear();
-        editId = -1;
-        repairingId = -1;
-        stopping = false;
-        repaired = 0;
-        unrepaired = 0;
     }
 
     private void notifyListener() {

@@ -22,6 +22,7 @@ import java.util.Map;
  * slot fill leaves it out. One writer at a time, across processes: {@link #record} and {@link
  * #undo} hold {@link JournalLock} (shared with mobiedit) and re-read the journal under it, so an
  * edit made meanwhile by {@code mobiedit edit --bundle} is kept and its id never reused.
+ * base.safetensors is read and written by {@link JournalBase}.
  */
 public final class Journal {
     public static final String JOURNAL_FILE = "journal.jsonl";
@@ -143,22 +144,7 @@ public final class Journal {
         if (first != null) {
             return first.baseSha256;
         }
-        File base = new File(folder, BASE_FILE);
-        String fix = "re-export the bundle: journal/base.safetensors must hold the base weight of "
-            + module;
-        if (!base.isFile()) {
-            throw new MobiEditError("missing", base.getPath(), fix);
-        }
-        try {
-            Safetensors.Contents c = Safetensors.parse(Files2.read(base), base.getPath());
-            Tensor t = c.tensors.get(module);
-            if (t == null) {
-                throw new MobiEditError("has no tensor '" + module + "'", base.getPath(), fix);
-            }
-            return TensorHash.of(t);
-        } catch (IOException e) {
-            throw new MobiEditError("cannot read (" + e.getMessage() + ")", base.getPath(), fix, e);
-        }
+        return JournalBase.sha256(folder, module);
     }
 
     /**
@@ -210,7 +196,7 @@ public final class Journal {
         }
         String baseSha;
         if (prior == null && baseWeight != null) {
-            baseSha = storeBase(target, baseWeight);
+            baseSha = JournalBase.store(folder, target, baseWeight);
         } else {
             baseSha = baseSha256(target.module);
         }
@@ -250,34 +236,6 @@ public final class Journal {
         next.add(entry);
         write(next);
         return entry;
-    }
-
-    /** Add {@code target.module}'s base weight to base.safetensors (keeping other modules). */
-    private String storeBase(EditTarget target, Tensor base) {
-        long[] shape = base.shape();
-        long want = (long) target.dOut * target.dIn;
-        if (shape.length != 2 || base.numel() != want) {
-            throw new MobiEditError("base weight " + java.util.Arrays.toString(shape)
-                + " does not fit the module [" + target.dOut + "x" + target.dIn + "]",
-                "record(), argument 'baseWeight'", "pass the module's weight");
-        }
-        File path = new File(folder, BASE_FILE);
-        Map<String, Tensor> tensors = new LinkedHashMap<String, Tensor>();
-        try {
-            if (path.isFile()) {
-                tensors.putAll(Safetensors.parse(Files2.read(path), path.getPath()).tensors);
-            }
-            Tensor named = new Tensor(target.module, base.dtype, shape, base.raw());
-            tensors.put(target.module, named);
-            Map<String, String> meta = new LinkedHashMap<String, String>();
-            meta.put("format", "mobiedit-journal-base");
-            Files2.writeAtomic(path, Safetensors.write(new ArrayList<Tensor>(tensors.values()),
-                meta));
-            return TensorHash.of(named);
-        } catch (IOException e) {
-            throw new MobiEditError("cannot write (" + e.getMessage() + ")", path.getPath(),
-                "free storage space and retry", e);
-        }
     }
 
     /** Mark {@code id} undone (journal rewritten atomically); its slot is freed on next fill. */

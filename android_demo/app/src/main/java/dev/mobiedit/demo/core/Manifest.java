@@ -259,8 +259,8 @@ public final class Manifest {
     public Program program(String role) {
         Program p = programs.get(role);
         if (p == null) {
-            throw new MobiEditError("no program '" + role + "'", "manifest.json, field 'programs'",
-                "re-export the bundle with mobiedit export");
+            throw ManifestFields.err("programs", "no program '" + role + "'",
+                ManifestFields.REEXPORT);
         }
         return p;
     }

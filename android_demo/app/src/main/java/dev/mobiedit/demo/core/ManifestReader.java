@@ -1,5 +1,13 @@
 package dev.mobiedit.demo.core;
 
+import static dev.mobiedit.demo.core.ManifestFields.REEXPORT;
+import static dev.mobiedit.demo.core.ManifestFields.bool;
+import static dev.mobiedit.demo.core.ManifestFields.err;
+import static dev.mobiedit.demo.core.ManifestFields.intField;
+import static dev.mobiedit.demo.core.ManifestFields.number;
+import static dev.mobiedit.demo.core.ManifestFields.objectField;
+import static dev.mobiedit.demo.core.ManifestFields.stringField;
+
 import java.io.File;
 import java.io.IOException;
 import java.util.ArrayList;
@@ -25,17 +33,15 @@ import java.util.Set;
  * elements for any one buffer sized from the manifest), so a hostile manifest cannot make the
  * app allocate without bound.
  * {@link #verifyFiles} checks each file's size and sha256 before anything runs. Every error names
- * the field and the fix.
+ * the field and the fix ({@link ManifestFields}, the typed field checks shared with the recipe).
  */
 public final class ManifestReader {
     /** Name of the manifest inside a bundle folder. */
     public static final String MANIFEST = "manifest.json";
-    private static final String WHERE = "manifest.json";
     private static final List<String> QUANTIZATIONS =
         Arrays.asList("fp32", "8da8w", "8da4w", "qdq_a16w8");
     private static final List<String> EDIT_QUANTIZATIONS =
         Arrays.asList("fp32", "delta", "w8", "8da8w", "8da4w", "qdq_a16w8");
-    private static final String REEXPORT = "re-export the bundle with mobiedit export";
     /** Bounds of export/manifest_check.py: a hostile manifest must not size a huge allocation. */
     static final int MAX_WIDTH = 1 << 17;
     static final int MAX_VOCAB = 1 << 22;
@@ -75,7 +81,7 @@ public final class ManifestReader {
 
     /** Parse and validate manifest text (no file checks). */
     public static Manifest parse(String text) {
-        Map<String, Object> o = Json.parseObject(text, WHERE);
+        Map<String, Object> o = Json.parseObject(text, MANIFEST);
         int version = intField(o, "format_version", 1, Integer.MAX_VALUE);
         if (version > Manifest.FORMAT_VERSION) {
             throw err("format_version", "is " + version + ", this app reads up to "
@@ -150,7 +156,7 @@ public final class ManifestReader {
             }
             i++;
             File f = new File(bundle, name);
-            String where = WHERE + ", files['" + name + "']";
+            String where = MANIFEST + ", files['" + name + "']";
             if (!f.isFile()) {
                 throw new MobiEditError("file is missing from the bundle", where,
                     "copy the whole bundle folder again");
@@ -352,86 +358,6 @@ public final class ManifestReader {
             rowsRidge = number(u, "rows_ridge", rowsRidge, Double.MIN_VALUE, "edit.update.rows_ridge");
         }
         return new Manifest.EditSetup(templates, objective, mom2, ridge, outIn, rule, rowsRidge);
-    }
-
-    private static double number(Map<String, Object> o, String key, double dflt, double lo,
-            String field) {
-        Object v = o.get(key);
-        if (v == null) {
-            return dflt;
-        }
-        if (!(v instanceof Long || v instanceof Double)) {
-            throw err(field, "must be a number, got " + Json.typeName(v), REEXPORT);
-        }
-        double x = ((Number) v).doubleValue();
-        if (!(x >= lo) || Double.isInfinite(x)) {
-            throw err(field, "is " + x + ", must be a finite number >= " + lo, REEXPORT);
-        }
-        return x;
-    }
-
-    private static boolean bool(Map<String, Object> o, String key, boolean dflt, String field) {
-        Object v = o.get(key);
-        if (v == null) {
-            return dflt;
-        }
-        if (!(v instanceof Boolean)) {
-            throw err(field, "must be true or false, got " + Json.typeName(v), REEXPORT);
-        }
-        return (Boolean) v;
-    }
-
-    private static MobiEditError err(String field, String msg, String fix) {
-        return new MobiEditError(msg, WHERE + ", field '" + field + "'", fix);
-    }
-
-    private static Object need(Map<String, Object> o, String key, String field) {
-        if (!o.containsKey(key) || o.get(key) == null) {
-            throw err(field, "is missing", REEXPORT);
-        }
-        return o.get(key);
-    }
-
-    private static String stringField(Map<String, Object> o, String field) {
-        return stringField(o, field, field);
-    }
-
-    private static String stringField(Map<String, Object> o, String key, String field) {
-        Object v = need(o, key, field);
-        if (!(v instanceof String) || ((String) v).trim().length() == 0) {
-            throw err(field, "must be non-empty text, got " + Json.typeName(v), REEXPORT);
-        }
-        return (String) v;
-    }
-
-    private static Map<String, Object> objectField(Map<String, Object> o, String field) {
-        return objectField(o, field, field);
-    }
-
-    @SuppressWarnings("unchecked")
-    private static Map<String, Object> objectField(Map<String, Object> o, String key,
-            String field) {
-        Object v = need(o, key, field);
-        if (!(v instanceof Map)) {
-            throw err(field, "must be an object, got " + Json.typeName(v), REEXPORT);
-        }
-        return (Map<String, Object>) v;
-    }
-
-    private static int intField(Map<String, Object> o, String field, int lo, int hi) {
-        return intField(o, field, field, lo, hi);
-    }
-
-    private static int intField(Map<String, Object> o, String key, String field, int lo, int hi) {
-        Object v = need(o, key, field);
-        if (!(v instanceof Long)) {
-            throw err(field, "must be an integer, got " + Json.typeName(v), REEXPORT);
-        }
-        long x = (Long) v;
-        if (x < lo || x > hi) {
-            throw err(field, "is " + x + ", must be in [" + lo + ", " + hi + "]", REEXPORT);
-        }
-        return (int) x;
     }
 
     private static int pos(Map<String, Object> o, String parent, String key, int hi) {

@@ -1,5 +1,8 @@
 package dev.mobiedit.demo.core;
 
+import static dev.mobiedit.demo.core.ManifestFields.REEXPORT;
+import static dev.mobiedit.demo.core.ManifestFields.err;
+
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -17,7 +20,8 @@ import java.util.Map;
  * increasing) and {@code from_edits} (an integer &gt;= 1), export/recipe.py {@code _ladder};
  * without it the recipe gets {@link Recipe#DEFAULT_LADDER} from
  * {@link Recipe#DEFAULT_LADDER_FROM_EDITS} edits. A manifest without {@code recipe} (exported before it was written) gets
- * {@link Recipe#shippedFallback}. Every error names the field {@code recipe.…} and the fix.
+ * {@link Recipe#shippedFallback}. Every error names the field {@code recipe.…} and the fix
+ * ({@link ManifestFields#err}).
  */
 final class RecipeReader {
     /** The recipe's zo fields, as export/recipe.py ZO_FIELDS. */
@@ -35,8 +39,7 @@ final class RecipeReader {
     static final List<String> LADDER_FIELDS = Arrays.asList("fractions", "from_edits");
     private static final String LADDER_FIX = "e.g. [0.5, 0.75, 1.0] (fractions of"
         + " edit.objective.clamp_norm_factor, smallest first), or [1.0] for none";
-    private static final String FIX =
-        "re-export the bundle with mobiedit export (it writes the shipped recipe)";
+    private static final String FIX = REEXPORT + " (it writes the shipped recipe)";
     private static final long INT32_MAX = Integer.MAX_VALUE;
 
     private RecipeReader() {
@@ -243,9 +246,5 @@ final class RecipeReader {
             throw err(field, "is " + x + ", outside " + range, "set it within " + range);
         }
         return x;
-    }
-
-    private static MobiEditError err(String field, String msg, String fix) {
-        return new MobiEditError(msg, "manifest.json, field '" + field + "'", fix);
     }
 }

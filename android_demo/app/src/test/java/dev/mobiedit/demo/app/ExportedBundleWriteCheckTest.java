@@ -22,7 +22,7 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Against the bundle written by the real exporter (fixtures/exported_bundle, see
- * {@link ExportedBundleTest}): its recipe's clamp ladder is Python's, and verify after write calls
+ * {@link ExportedBundle}): its recipe's clamp ladder is Python's, and verify after write calls
  * the prefix and edit programs as export/verify.py written_holds does — the factors of
  * mobiedit.export.ops (edit_case.json u, w) in the first free slot, the edit program at delta 0 —
  * with inputs that are what model.pte declares.
@@ -32,8 +32,8 @@ class ExportedBundleWriteCheckTest {
 
     @BeforeAll
     static void load() throws Exception {
-        ExportedBundleTest.load();
-        m = ExportedBundleTest.m;
+        ExportedBundle.load();
+        m = ExportedBundle.m;
     }
 
     @Test
@@ -52,40 +52,40 @@ class ExportedBundleWriteCheckTest {
     @Test
     @SuppressWarnings("unchecked")
     void theWrittenEditIsCheckedWithItsFactorsInTheFirstFreeSlot() throws Exception {
-        File dir = ExportedBundleTest.dir;
-        Map<String, Object> edit = ExportedBundleTest.edit;
-        Map<String, Object> r = ExportedBundleTest.obj(edit, "request");
+        File dir = ExportedBundle.dir;
+        Map<String, Object> edit = ExportedBundle.edit;
+        Map<String, Object> r = ExportedBundle.obj(edit, "request");
         EditRequest req = EditRequest.fromForm((String) r.get("subject"), (String) r.get("prompt"),
             (String) r.get("target_new"));
         ByteLevelBpe tok = ByteLevelBpe.fromJson(Files2.readText(new File(dir, "tokenizer.json")), "tokenizer.json");
         EditBatch batch = EditBatchBuilder.build(tok, req, m.edit.templates, m.edit.objective.klPrompt, m.padId());
         EditPack pack = EditPack.pack(batch, m.shapes, m.edit.objective);
-        ExportedBundleTest.Recording rec = new ExportedBundleTest.Recording();
+        ExportedBundle.Recording rec = new ExportedBundle.Recording();
         BundlePrograms rt = new BundlePrograms(m, rec);
         EditRunner runner = new EditRunner(tok, m, rt.edit(), KeyStats.open(dir, m.dIn(), m.dOut()));
-        float[] u = ExportedBundleTest.f32(ExportedBundleTest.obj(edit, "u"));
-        float[] w = ExportedBundleTest.f32(ExportedBundleTest.obj(edit, "w"));
+        float[] u = ExportedBundle.f32(ExportedBundle.obj(edit, "u"));
+        float[] w = ExportedBundle.f32(ExportedBundle.obj(edit, "w"));
         int dOut = m.dOut();
         int dIn = m.dIn();
         float[][] slots = {new float[m.slots * dOut], new float[m.slots * dIn]};
         Boolean verdict = runner.writtenHolds(pack, slots, u, w, SuccessCriterion.of(m.recipe));
 
         assertEquals(2, rec.calls.size());
-        ExportedBundleTest.Call prefix = rec.calls.get(0);
+        ExportedBundle.Call prefix = rec.calls.get(0);
         assertEquals("prefix", prefix.program.method);
-        ExportedBundleTest.assertCallMatchesThePte(prefix);
-        float[] su = ExportedBundleTest.input(prefix, "slot_u").floats();
-        float[] sw = ExportedBundleTest.input(prefix, "slot_w").floats();
+        ExportedBundle.assertCallMatchesThePte(prefix);
+        float[] su = ExportedBundle.input(prefix, "slot_u").floats();
+        float[] sw = ExportedBundle.input(prefix, "slot_w").floats();
         assertArrayEquals(u, Arrays.copyOf(su, dOut), "slot 0, the first free one, holds u");
         assertArrayEquals(w, Arrays.copyOf(sw, dIn));
         assertArrayEquals(new float[su.length - dOut], Arrays.copyOfRange(su, dOut, su.length));
-        ExportedBundleTest.Call call = rec.calls.get(1);
+        ExportedBundle.Call call = rec.calls.get(1);
         assertEquals("edit", call.program.method);
-        ExportedBundleTest.assertCallMatchesThePte(call);
-        assertArrayEquals(new float[m.shapes.editK * dOut], ExportedBundleTest.input(call, "deltas").floats(),
+        ExportedBundle.assertCallMatchesThePte(call);
+        assertArrayEquals(new float[m.shapes.editK * dOut], ExportedBundle.input(call, "deltas").floats(),
             "the written edit alone: delta 0");
-        ExportedBundleTest.assertMatches("wd_scale", ExportedBundleTest.obj(edit, "wd_scale"),
-            ExportedBundleTest.input(call, "wd_scale"));
+        ExportedBundle.assertMatches("wd_scale", ExportedBundle.obj(edit, "wd_scale"),
+            ExportedBundle.input(call, "wd_scale"));
         // the recording's edit program counts correct[0, b] = b: row 0 shows no target token
         assertFalse(verdict);
 
