@@ -14,8 +14,9 @@ torch.set_num_threads(1)
 # xdist schedules whole groups of tests on one worker (the Makefile runs ``-n 2``): each test file
 # is one group, so its session fixtures are built on one worker, except that tests taking an
 # expensive fixture below go to that fixture's group — the small fact LM is then trained once per
-# run instead of once per worker, and test_export_bundle's two slow export fixtures are built on
-# different workers. (pytest-xdist's own ``--dist loadgroup`` does not group under pytest 9.)
+# run instead of once per worker, and the two slow export fixtures (``bundles`` of
+# test_export_bundle.py, ``et_quant`` of test_export_quantized.py) are built on different workers.
+# (pytest-xdist's own ``--dist loadgroup`` does not group under pytest 9.)
 SHARED_FIXTURE_GROUPS = ("small_fact_lm", "et_quant")
 
 

@@ -3,11 +3,11 @@ loads, and the new state is complete or absent (tools.reliability.killtest).
 
 * every filesystem commit call of atomic_path / atomic_dir (both swap paths) and of a journal
   record / undo is a kill point, enumerated deterministically (before and after the call);
-* every commit call of a bundle edit (first edit of the bundle's journal, and a later one) is a
-  kill point too; the bundle is checked the way the harness's ``bundle`` writer checks it;
 * the random-kill harness runs ``mobiedit edit --out``, a journal loop and ``mobiedit edit
   --bundle`` with 24 SIGKILLs (the base bundle exported once per session);
-* the checks themselves can fail: a non-atomic writer, damaged folders and damaged bundles are caught.
+* the checks themselves can fail: a non-atomic writer and damaged folders are caught.
+
+The bundle writer's kill points and checks: test_crash_safety_bundle.py.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,52 +24,12 @@ import torch
 
 from mobiedit import atomic
 from mobiedit.atomic import atomic_dir, atomic_path, atomic_write_text, recover_dir, remove_stale_temps
+from crash_kit import count_calls, run_killed_at
 from tools.reliability.killtest import (
-    Forked, arm_crash_point, folder_digest, journal_factors, journal_plan, journal_step, temps_in,
-    verify_edit_state, verify_journal_state,
+    folder_digest, journal_factors, journal_plan, journal_step, temps_in, verify_edit_state, verify_journal_state,
 )
 
 ROOT = Path(__file__).resolve().parents[1]  # tools.reliability runs from the repository root
-
-
-def _run_killed_at(n: int, after: bool, write, fallback: bool = False, timeout: float = 60.0) -> int:
-    """Run ``write()`` in a forked child that SIGKILLs itself at its n-th commit call; return the
-    child's exit code (-9 when killed, 0 when the write finished first)."""
-    def child():
-        if fallback:
-            atomic._exchange = lambda a, b: False
-        arm_crash_point(n, after)
-        write()
-        os._exit(0)
-
-    proc = Forked(child)
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("writer child hung")
-        time.sleep(0.002)
-    return proc.rc
-
-
-def _count_calls(write, fallback: bool = False) -> int:
-    r, w = os.pipe()
-
-    def child():
-        if fallback:
-            atomic._exchange = lambda a, b: False
-        arm_crash_point(-1, False, w)
-        write()
-        os._exit(0)
-
-    proc = Forked(child)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 4096):
-        data += chunk
-    os.close(r)
-    assert proc.wait() == 0
-    return len(data)
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -94,14 +53,14 @@ def test_atomic_dir_every_kill_point(tmp_path, fallback):
         return write
 
     write_tree(old)()
-    n_calls = _count_calls(write_tree(new), fallback)
+    n_calls = count_calls(write_tree(new), fallback)
     assert n_calls >= 6
     outcomes = set()
     for n in range(n_calls):
         for after in (False, True):
             if _tree(dest) != old:
                 write_tree(old)()
-            rc = _run_killed_at(n, after, write_tree(new), fallback)
+            rc = run_killed_at(n, after, write_tree(new), fallback)
             assert rc == -signal.SIGKILL
             recover_dir(dest)  # what load_model / Journal.open do when dest is missing
             got = _tree(dest)
@@ -119,12 +78,12 @@ def test_atomic_path_every_kill_point(tmp_path):
     def write():
         atomic_write_text(dest, new)
 
-    n_calls = _count_calls(write)
+    n_calls = count_calls(write)
     outcomes = set()
     for n in range(n_calls):
         for after in (False, True):
             dest.write_text(old)
-            assert _run_killed_at(n, after, write) == -signal.SIGKILL
+            assert run_killed_at(n, after, write) == -signal.SIGKILL
             got = dest.read_text()
             assert got in (old, new)
             outcomes.add(got == new)
@@ -189,86 +148,18 @@ def test_journal_operation_every_kill_point(tmp_path, ops):
             j.undo(arg, model, FAMILIES["llama"])
 
     shutil.copytree(template, folder)
-    n_calls = _count_calls(op)
+    n_calls = count_calls(op)
     seen = set()
     for n in range(n_calls):
         for after in (False, True):
             shutil.rmtree(folder)
             shutil.copytree(template, folder)
-            assert _run_killed_at(n, after, op) == -signal.SIGKILL
+            assert run_killed_at(n, after, op) == -signal.SIGKILL
             res = verify_journal_state(str(folder))
             assert res["problems"] == [], (n, after, res)
             assert res["state"] in (before, after_state), (n, after, res["state"])
             seen.add(res["state"] == after_state)
     assert seen == {False, True}
-
-
-class _BundleCase:
-    """A bundle copy with the harness's request file; ``edit(k)`` applies request k through the
-    bundle's programs (``edit_bundle``, the code behind ``mobiedit edit --bundle``, with a short
-    search so that a run costs a fraction of a second)."""
-
-    def __init__(self, base, tmp_path):
-        import hashlib
-
-        from tools.reliability.kill_bundle import file_digests, select_requests
-
-        self.tmp = tmp_path
-        self.requests = tmp_path / "requests.json"
-        self.case_ids = select_requests(str(base), str(self.requests), 3)
-        self.requests_sha = hashlib.sha256(self.requests.read_bytes()).hexdigest()
-        self.base_files = {k: v for k, v in file_digests(base).items() if not k.startswith("journal/")}
-
-    def edit(self, folder, k: int):
-        from mobiedit.export.ops import edit_bundle
-        from mobiedit.requests import load_requests
-        from mobiedit.zo import ZOConfig
-
-        zo = ZOConfig(estimator="fzoo", n_dirs=4, h=0.05, optimizer="adam", lr=0.5, max_steps=2, max_evals=100,
-                      check_every=1, seed=0)
-        [res] = edit_bundle(folder, load_requests(self.requests)[k:k + 1], zo, force=True)
-        assert res.applied
-
-    def verify(self, folder) -> dict:
-        from tools.reliability.kill_bundle import verify_bundle_state
-
-        return verify_bundle_state(str(folder), self.base_files, str(self.requests), self.requests_sha,
-                                   str(self.tmp / "scratch"))
-
-
-@pytest.mark.parametrize("prior", [0, 1], ids=["first-edit", "later-edit"])
-def test_bundle_edit_every_kill_point(tmp_path, kill_bundle_base, prior):
-    """A bundle edit (base weight on the first edit, factors, journal line) killed at each of its
-    commit calls: the bundle verifies and holds the old or the complete new journal."""
-    import shutil
-
-    from tools.reliability.kill_bundle import classify
-
-    case = _BundleCase(kill_bundle_base, tmp_path)
-    template, folder = tmp_path / "template", tmp_path / "bundle"
-    shutil.copytree(kill_bundle_base, template)
-    for k in range(prior):
-        case.edit(template, k)
-    before = case.verify(template)
-    assert before["problems"] == [] and len(before["rows"]) == prior
-    shutil.copytree(template, folder)
-    n_calls = _count_calls(lambda: case.edit(folder, prior))
-    assert n_calls == (9 if prior == 0 else 6), n_calls  # (base,) factors, journal: fsync, replace, fsync dir
-    seen = set()
-    for n in range(n_calls):
-        for after in (False, True):
-            shutil.rmtree(folder)
-            shutil.copytree(template, folder)
-            assert _run_killed_at(n, after, lambda: case.edit(folder, prior)) == -signal.SIGKILL
-            res = case.verify(folder)
-            outcome, problems = classify(before, res, case.case_ids[prior])
-            assert problems == [] and outcome in ("old", "new"), (n, after, problems)
-            seen.add(outcome)
-            case.edit(folder, prior + 1)  # the next run works on what the kill left
-            res2 = case.verify(folder)
-            assert res2["problems"] == [] and res2["rows"][-1][1] == case.case_ids[prior + 1]
-            assert temps_in(folder / "journal") == [] and temps_in(folder) == []
-    assert seen == {"old", "new"}
 
 
 # ----------------------------------------------------------------------------- stale temporaries, modes, recovery
@@ -332,7 +223,7 @@ def test_journal_open_after_a_kill_while_creating_it(tmp_path):
     def create():
         Journal.open(folder)
 
-    assert _run_killed_at(0, False, create) == -signal.SIGKILL
+    assert run_killed_at(0, False, create) == -signal.SIGKILL
     assert not (folder / "journal.jsonl").exists() and temps_in(folder)
     assert Journal.open(folder).entries() == [] and temps_in(folder) == []
 
@@ -352,7 +243,7 @@ def test_a_non_atomic_writer_is_caught(tmp_path):
             os.fsync(fh.fileno())  # call 0: killed after it -> half-written file
             fh.write(new[50:])
 
-    assert _run_killed_at(0, True, naive) == -signal.SIGKILL
+    assert run_killed_at(0, True, naive) == -signal.SIGKILL
     assert dest.read_text() not in (old, new)
 
 
@@ -379,48 +270,6 @@ def test_verifiers_report_damage(tmp_path, tiny_llama_dir):
     (out / "model.safetensors").write_bytes(blob[: len(blob) // 2])
     res = verify_edit_state(str(out), str(tiny_llama_dir), base_digest, str(tmp_path / "cache"))
     assert res["problems"] and "unloadable" in res["problems"][0]
-
-
-def test_bundle_checks_catch_damage_and_a_non_atomic_journal_write(tmp_path, kill_bundle_base):
-    import shutil
-
-    from mobiedit import journal as journal_mod
-    from tools.reliability.kill_bundle import classify
-
-    case = _BundleCase(kill_bundle_base, tmp_path)
-    folder = tmp_path / "bundle"
-    shutil.copytree(kill_bundle_base, folder)
-    before = case.verify(folder)
-    assert before["problems"] == [] and before["rows"] == [] and before["orphans"] == []
-    case.edit(folder, 0)
-    after = case.verify(folder)
-    assert classify(before, after, case.case_ids[0]) == ("new", [])
-    outcome, problems = classify(before, after, case.case_ids[1])  # not the planned request
-    assert outcome == "torn" and problems
-
-    def naive_write(dest, text):  # in place, no temporary: dies half-way
-        with open(dest, "w") as fh:
-            fh.write(text[: len(text) // 2])
-            fh.flush()
-            os.fsync(fh.fileno())  # the only commit call: killed after it
-            fh.write(text[len(text) // 2:])
-
-    def naive_edit():
-        journal_mod.atomic_write_text = naive_write
-        journal_mod.atomic_write_bytes = lambda dest, data: Path(dest).write_bytes(data)
-        case.edit(folder, 1)
-
-    assert _run_killed_at(0, True, naive_edit) == -signal.SIGKILL
-    res = case.verify(folder)
-    outcome, problems = classify(after, res, case.case_ids[1])
-    assert outcome == "torn" and any("unloadable" in p for p in problems), problems
-
-    shutil.rmtree(folder)
-    shutil.copytree(kill_bundle_base, folder)
-    tok = folder / "tokenizer.json"
-    tok.write_bytes(tok.read_bytes().replace(b'"', b"'", 1))
-    problems = case.verify(folder)["problems"]
-    assert any("tokenizer.json changed" in p for p in problems) and any("unloadable" in p for p in problems)
 
 
 # ----------------------------------------------------------------------------- the random-kill harness

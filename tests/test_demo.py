@@ -7,7 +7,7 @@ from mobiedit.cli import main
 
 def test_demo_prints_both_methods_and_answers_from_a_bundle(tiny_llama_dir, capsys):
     rc = main(["--quiet", "demo", "--model", str(tiny_llama_dir), "--layer", "0", "--tokens", "2",
-               "--quant", "fp32"])  # the shipped QDQ calibration is tested in test_export_bundle
+               "--quant", "fp32"])  # the shipped QDQ calibration is tested in test_export_quantized
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "Edit: 'The Eiffel Tower is located in the city of': 'Paris' -> 'Rome'" in out

@@ -1,7 +1,7 @@
-"""Lowered programs and bundles on the tiny Llama: parity (eager vs .pte vs .onnx), greedy decoding
+"""Lowered fp32 programs and bundles on the tiny Llama: parity (eager vs .pte vs .onnx), greedy decoding
 from the bundle alone, rank-one slots fed by the journal (edit without re-export, undo), the
-bundle edit loop, quantized edit programs' loss correlation, and refusal of tampered / newer
-bundles. Every program is lowered once per session (module fixtures below)."""
+bundle edit loop, and refusal of tampered / newer bundles. Every program is lowered once per
+session (module fixture below). The shipped quantized programs: test_export_quantized.py."""
 from __future__ import annotations
 
 import json
@@ -15,89 +15,36 @@ import torch
 
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.families import get_module
-from mobiedit.forward.prefix import compute_prefix_state
 from mobiedit.journal import Journal, apply_factors
 from mobiedit.models import load_model
 from mobiedit.outputs import MARKER
-from mobiedit.requests import EditRequest
-from mobiedit.editing.config import ContextConfig, ObjectiveConfig
-from mobiedit.editing.context import build_edit_inputs
+from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.termsafe import term_safe
 from mobiedit.zo import ZOConfig
 
 from mobiedit.export.bundle import export_bundle, load_bundle
-from mobiedit.export.calibration import edit_correlation
-from mobiedit.export.config import (EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig,
-                                    QuantizeConfig)
+from mobiedit.export.config import InferenceShapes
 from mobiedit.export.generate import CacheShape, greedy_tokens
 from mobiedit.export.graphs import EditModule, PrefixModule, StepModule
 from mobiedit.export.ops import bundle_tokens, edit_bundle, run_bundle, undo_bundle_edit
-from mobiedit.export.packing import edit_feed, feed_from_state, pack_edit
-from mobiedit.export.pipeline import build_modules, capture, lower_programs, prepare, program_models
-from mobiedit.export.runtime import EagerProgram, open_program
+from mobiedit.export.runtime import EagerProgram
+from export_kit import PROMPT, REQUEST, bundle_edit_feed, export_cfg
 
 pytestmark = pytest.mark.parametrize("tiny_model_dir", ["llama"], indirect=True)
-
-PROMPT = "The Eiffel Tower is located in the city of"
-REQUEST = EditRequest(case_id="t1", prompt="{} professionally plays the sport", subject="David Robinson",
-                      target_new="baseball", target_true="basketball")
-
-
-def _cfg(runtime: str = "executorch", scheme: str = "fp32") -> ExportConfig:
-    return ExportConfig(inference=InferenceShapes(max_seq_len=48, prefill_chunk=8, slots=4),
-                        edit_shapes=EditShapes(K=5, rows=4, suffix=20, prefix=24, targets=24, kl=1),
-                        quant=QuantizeConfig(scheme=scheme, calibration_batches=2),
-                        lower=LowerConfig(runtime=runtime),
-                        edit=EditSetup(layer=1, context=ContextConfig(lengths=((2, 2),)), stats_limit=100))
 
 
 @pytest.fixture(scope="session")
 def bundles(tiny_model_dir, tmp_path_factory):
     """fp32 ExecuTorch and ONNX bundles, exported once."""
     root = tmp_path_factory.mktemp("bundles")
-    return {name: export_bundle(tiny_model_dir, root / name, _cfg(runtime, "fp32"))
+    return {name: export_bundle(tiny_model_dir, root / name, export_cfg(runtime, "fp32"))
             for name, runtime in (("et", "executorch"), ("onnx", "onnxruntime"))}
-
-
-@pytest.fixture(scope="session")
-def qdq_bundle(tiny_model_dir, tmp_path_factory):
-    """The shipped ONNX QDQ bundle (its tests run in the ``et_quant`` xdist group, see conftest)."""
-    return export_bundle(tiny_model_dir, tmp_path_factory.mktemp("qdq") / "qdq", _cfg("onnxruntime", "qdq_a16w8"))
-
-
-@pytest.fixture(scope="session")
-def et_quant(tiny_model_dir, tmp_path_factory):
-    """The shipped ExecuTorch int8 configuration (8da8w inference, delta-decomposed 8da8w edit) — decode and edit
-    programs only (decode also feeds the prompt, one token per call) — plus the eager quantized
-    modules they came from."""
-    cfg = _cfg("executorch", "8da8w")
-    prep = prepare(tiny_model_dir, cfg)
-    modules = build_modules(prep, program_models(prep, cfg), cfg, ("decode", "edit"))
-    folder = tmp_path_factory.mktemp("et_quant")
-    specs = lower_programs(capture(modules, prep, cfg), modules, folder, prep, cfg)
-    loaded: dict = {}
-    progs = {r: open_program("executorch", folder / s["file"], s["method"], s["inputs"], s["outputs"], loaded)
-             for r, s in specs.items()}
-    return prep, modules, progs
 
 
 def _copy(path, tmp_path):
     dst = tmp_path / "bundle"
     shutil.copytree(path, dst)
     return dst
-
-
-def _edit_feed(lm, bundle):
-    """A realistic edit-program feed (eager PrefixState of REQUEST with the bundle's templates)."""
-    m = bundle.manifest
-    obj = ObjectiveConfig()
-    inputs = build_edit_inputs(lm.tokenizer, REQUEST, m["edit"]["templates"], obj)
-    state = compute_prefix_state(lm.model, lm.family, m["edit_layer"], inputs)
-    s = m["shapes"]
-    shapes = EditShapes(K=s["edit_K"], rows=s["edit_rows"], suffix=s["edit_suffix"], prefix=s["edit_prefix"],
-                        targets=s["edit_targets"], kl=s["edit_kl"])
-    packed = pack_edit(inputs, shapes, obj)
-    return feed_from_state(state, packed, shapes), packed, shapes, state
 
 
 def test_manifest_lists_every_file(tiny_model_dir, bundles):
@@ -134,7 +81,7 @@ def test_fp32_programs_match_eager(tiny_model_dir, bundles):
     """Edit and prefix programs: eager vs .pte vs .onnx within 1e-4."""
     lm = load_model(tiny_model_dir)
     et, ox = load_bundle(bundles["et"]), load_bundle(bundles["onnx"])
-    feed, packed, shapes, state = _edit_feed(lm, et)
+    feed, packed, shapes, state = bundle_edit_feed(lm, et)
     edit = EditModule(lm.model, lm.family, 1, shapes)
     scale = float(state.v_init.norm()) / math.sqrt(state.v_init.shape[0])
     g = torch.Generator().manual_seed(0)
@@ -307,33 +254,6 @@ def test_a_bundle_edit_climbs_a_given_ladder_warm(bundles, tmp_path):
     assert res.loss_evals == first.loss_evals + warm.loss_evals and res.losses == first.losses + warm.losses
 
 
-def test_shipped_quantized_edit_programs_keep_the_loss_signal(tiny_model_dir, qdq_bundle, et_quant):
-    lm = load_model(tiny_model_dir)
-    qdq = load_bundle(qdq_bundle)
-    feed, _, shapes, state = _edit_feed(lm, qdq)
-    ref = EditModule(lm.model, lm.family, 1, shapes)
-    ref = EagerProgram(ref, *ref.io())
-    scale = float(state.v_init.norm()) / math.sqrt(state.v_init.shape[0])
-    _, _, progs = et_quant
-    corr = {"onnxruntime qdq_a16w8": edit_correlation(ref, qdq.program("edit"), feed, shapes.K, 64, scale),
-            "executorch 8da8w/delta": edit_correlation(ref, progs["edit"], feed, shapes.K, 64, scale)}
-    print("\nedit-program loss correlation with fp32 (tiny random llama):", json.dumps(corr, indent=1))
-    assert qdq.manifest["checks"]["edit_correlation"]["min"] >= 0.99
-    for name, c in corr.items():
-        assert c["min"] >= 0.99, (name, c)
-
-
-def test_quantized_programs_decode_like_eager_quantized(tiny_model_dir, et_quant):
-    prep, modules, progs = et_quant
-    d = prep.dims
-    cache = CacheShape(d.num_layers, d.num_kv_heads, 48, d.head_dim, 1)  # prompt fed by decode
-    ids = prep.lm.tokenizer(PROMPT)["input_ids"]
-    zeros = torch.zeros(4, d.d_out), torch.zeros(4, d.d_in)
-    dec = EagerProgram(modules["decode"], *modules["decode"].io())
-    eager = greedy_tokens(dec, dec, ids, 12, cache, *zeros)
-    assert greedy_tokens(progs["decode"], progs["decode"], ids, 12, cache, *zeros) == eager
-
-
 def test_tampered_and_newer_bundles_are_refused(bundles, tmp_path):
     path = _copy(bundles["onnx"], tmp_path)
     tok = path / "tokenizer.json"
@@ -396,25 +316,6 @@ def test_measure_bundle_against_its_source_model(tiny_model_dir, bundles):
     assert min(f[k] for k in ("decode_tokens_per_s_bundle", "decode_tokens_per_s_eager_fp32",
                               "generate_tokens_per_s_bundle", "generate_tokens_per_s_eager_fp32")) > 0
     json.dumps(f)
-
-
-def test_fit_edit_shapes_takes_a_request_the_exported_shapes_refuse(et_quant):
-    """``export_bundle(..., fit_requests=...)`` / ``mobiedit export --fit-requests``: the edit shapes
-    grow to the requests, measured with the bundle's own context templates."""
-    from mobiedit.export.pipeline import fit_edit_shapes
-
-    prep = et_quant[0]
-    cfg, obj = _cfg("executorch", "8da8w"), ObjectiveConfig()
-    long = EditRequest(case_id="t2", prompt="After a long career in the league and many famous games, {} plays",
-                       subject="David Robinson", target_new="baseball", target_true="basketball")
-    inputs = build_edit_inputs(prep.lm.tokenizer, long, prep.templates, obj)
-    with pytest.raises(BundleError, match="edit_prefix"):
-        pack_edit(inputs, cfg.edit_shapes, obj)
-    fitted = fit_edit_shapes(prep, cfg, [REQUEST, long])
-    assert fitted.edit_shapes.prefix > cfg.edit_shapes.prefix and fitted.edit_shapes.K == cfg.edit_shapes.K
-    assert fitted.quant == cfg.quant and fitted.edit == cfg.edit  # only the shapes change
-    pack_edit(inputs, fitted.edit_shapes, obj)
-    assert fit_edit_shapes(prep, fitted, [REQUEST, long]) == fitted
 
 
 def test_run_on_an_executorch_bundle_prints_no_cpuinfo_lines_and_writes_nothing(bundles, tmp_path):

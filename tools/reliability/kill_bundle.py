@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from .kill_harness import WriterStats
-from .kill_proc import Forked, _read_all, _silence, arm_crash_point, fork_call, kill_after, temps_in
+from .kill_proc import Forked, _read_all, _silence, arm_crash_point, file_digests, fork_call, kill_after, temps_in
 
 BUNDLE_SLOTS = 8
 N_REQUESTS = 16
@@ -42,7 +42,7 @@ METHOD = "mobiedit-bundle"
 # ----------------------------------------------------------------------------- base bundle and requests
 
 def bundle_config(runtime: str):
-    """A small fp32 export (the shapes of tests/test_export_bundle.py, ``BUNDLE_SLOTS`` slots)."""
+    """A small fp32 export (the shapes of tests/export_kit.py, ``BUNDLE_SLOTS`` slots)."""
     from mobiedit.export.config import EditSetup, EditShapes, ExportConfig, InferenceShapes, LowerConfig, QuantizeConfig
     from mobiedit.editing.config import ContextConfig
 
@@ -117,13 +117,6 @@ def select_requests(bundle: str, out: str, n: int) -> list[str]:
             break
     atomic_write_text(out, json.dumps(kept))
     return [str(r["case_id"]) for r in kept]
-
-
-def file_digests(folder: str | Path) -> dict[str, str]:
-    """{relative path: sha256} of every file under ``folder``."""
-    root = Path(folder)
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # ----------------------------------------------------------------------------- child and verifier

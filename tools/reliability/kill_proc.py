@@ -149,6 +149,13 @@ def folder_digest(folder: str | Path) -> str:
     return h.hexdigest()
 
 
+def file_digests(folder: str | Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under ``folder``."""
+    root = Path(folder)
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def temps_in(folder: Path) -> list[str]:
     """Hidden temporaries / aside folders of the atomic writers in ``folder``."""
     try:
