@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
     probes = reqs[a.n:a.n + a.probe]
     journal = Journal.open(a.journal, readonly=True)
     weights, edited = edited_weights(journal, a.upto)
+    if len(edited) < a.upto:
+        ap.error(f"--upto {a.upto}: the journal holds {len(edited)} applied edits; pass at most that")
     edit_reqs = [r for r in reqs[:a.n] if r.case_id in {e["case_id"] for e in edited}]
     tok = lm.tokenizer
     prompts, trues = [p.rewrite_prompt for p in probes], [p.target_true for p in probes]
