@@ -15,9 +15,7 @@ lowest layer's keys cannot move (nothing below it is written).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -26,7 +24,7 @@ from mobiedit.journal import Journal
 from mobiedit.models import load_model
 from mobiedit.requests import load_requests
 from mobiedit.resolve import model_dir
-from tools.probe_drift import edited_weights
+from tools.probe_drift import edited_weights, save_json
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -77,9 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"(max {summary[n]['rel_change_max']:.3f}), cosine median {summary[n]['cosine_median']:.3f} "
               f"(min {summary[n]['cosine_min']:.3f}) over {len(sel)} edited subjects")
     result = {"model": a.model, "journal": a.journal, "layer": a.layer, "summary": summary, "rows": rows}
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(result, indent=1))
+    save_json(a.out, result)
     return result
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from mobiedit.atomic import atomic_write_text
 from mobiedit.editing.compute_k import keys_at_subject
 from mobiedit.editing.update import apply_factors
 from mobiedit.evaluate import teacher_forced, token_acc
@@ -30,6 +31,13 @@ from mobiedit.resolve import model_dir
 from mobiedit.models import load_model
 from mobiedit.prompts import prompt_ids, target_ids
 from mobiedit.requests import load_requests
+
+
+def save_json(out: str | None, result: dict) -> None:
+    """Write ``result`` to ``out`` (if given) atomically, creating its folder."""
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out, json.dumps(result, indent=1))
 
 
 def edited_weights(journal: Journal, upto: int) -> tuple[dict[str, torch.Tensor], list[dict]]:
@@ -121,9 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
               "probe_true_acc_after": 100 * sum(after_acc) / len(after_acc), "probes": rows}
     print(f"probe true-answer acc {result['probe_true_acc_before']:.1f} -> {result['probe_true_acc_after']:.1f} "
           f"after {len(edited)} edits; {sum(r['took_nearest_new'] for r in rows)} probes now say their nearest edit's new answer")
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(result, indent=1))
+    save_json(a.out, result)
     return result
 
 
