@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -193,11 +194,12 @@ class Journal:
                                fix=RESTORE)
         return base
 
-    def rebuild(self, module: str, skip: int | None = None) -> torch.Tensor:
-        """Base weight of ``module`` with its active edits (except ``skip``) applied in id order."""
+    def rebuild(self, module: str, skip: int | None = None, only: Collection[int] | None = None) -> torch.Tensor:
+        """Base weight of ``module`` with its active edits (except ``skip``; of ``only``'s ids when
+        given) applied in id order."""
         weight = self.base_weight(module)
         for e in self._entries:
-            if e.module == module and e.active and e.id != skip:
+            if e.module == module and e.active and e.id != skip and (only is None or e.id in only):
                 u, w = self.load_factors(e)
                 try:
                     weight = apply_factors(weight, u, w, e.weight_out_in)

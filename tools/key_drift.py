@@ -15,6 +15,7 @@ lowest layer's keys cannot move (nothing below it is written).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 import torch
@@ -24,7 +25,7 @@ from mobiedit.journal import Journal
 from mobiedit.models import load_model
 from mobiedit.requests import load_requests
 from mobiedit.resolve import model_dir
-from tools.probe_drift import edited_weights, save_json
+from tools.probe_drift import applied_requests, edited_weights, save_json
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -42,25 +43,26 @@ def main(argv: list[str] | None = None) -> dict:
     lm = load_model(model_dir(a.model))
     by_case = {r.case_id: r for r in load_requests(a.requests)}
     journal = Journal.open(a.journal, readonly=True)
-    _, applied = edited_weights(journal, len({e.request["case_id"] for e in journal.entries(active_only=True)}))
+    applied = applied_requests(journal)
     if max(a.after) > len(applied) or a.first > min(a.after):
         ap.error(f"--after must be within the journal's {len(applied)} applied edits and --first at most min(--after)")
-    touched = {e.module for e in journal.entries(active_only=True)}
-    base = {m: journal.base_weight(m) for m in touched}
 
-    def key_with(n: int, req) -> torch.Tensor:
-        weights, _ = edited_weights(journal, n)
+    @functools.lru_cache(maxsize=len(a.after))  # each --after state is read once per subject
+    def weights_with(n: int) -> dict[str, torch.Tensor]:
+        return edited_weights(journal, n)[0]
+
+    def key_with(weights: dict[str, torch.Tensor], req) -> torch.Tensor:
         with torch.no_grad():
-            for m in touched:
-                lm.model.get_submodule(m).weight.copy_(weights.get(m, base[m]))
+            for m, w in weights.items():
+                lm.model.get_submodule(m).weight.copy_(w)
         return keys_at_subject(lm.model, lm.family, a.layer, lm.tokenizer, [req.rewrite_prompt], req.subject)[0][0]
 
     rows = []
     for i in range(a.every, a.first + 1, a.every):
         req = by_case[applied[i - 1]["case_id"]]
-        k_then = key_with(i, req)
+        k_then = key_with(edited_weights(journal, i)[0], req)
         for n in a.after:
-            k_now = key_with(n, req)
+            k_now = key_with(weights_with(n), req)
             rows.append({"edit": i, "case_id": req.case_id, "after": n,
                          "rel_change": float((k_now - k_then).norm() / k_then.norm()),
                          "cosine": float(torch.nn.functional.cosine_similarity(k_now, k_then, dim=0))})

@@ -24,7 +24,6 @@ import torch
 
 from mobiedit.atomic import atomic_write_text
 from mobiedit.editing.compute_k import keys_at_subject
-from mobiedit.editing.update import apply_factors
 from mobiedit.evaluate import teacher_forced, token_acc
 from mobiedit.journal import Journal
 from mobiedit.resolve import model_dir
@@ -40,23 +39,23 @@ def save_json(out: str | None, result: dict) -> None:
         atomic_write_text(out, json.dumps(result, indent=1))
 
 
-def edited_weights(journal: Journal, upto: int) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    """The touched modules' weights with the first ``upto`` applied edits of ``journal`` (id order;
-    a spread edit's entries, one per layer, count as one edit), and those edits' stored requests."""
-    applied = journal.entries(active_only=True)
+def applied_requests(journal: Journal) -> list[dict]:
+    """The stored requests of ``journal``'s applied edits, in id order; a spread edit's entries
+    (one per layer, all with the edit's request) give one request."""
     requests: dict[str, dict] = {}
-    for e in applied:  # a spread edit is one entry per layer, all with the edit's request
+    for e in journal.entries(active_only=True):
         requests.setdefault(e.request["case_id"], e.request)
-    keep = list(requests)[:upto]
-    chosen = [e for e in applied if e.request["case_id"] in keep]
-    weights: dict[str, torch.Tensor] = {}
-    for e in chosen:
-        w = weights.get(e.module)
-        if w is None:
-            w = journal.base_weight(e.module)
-        u, f = journal.load_factors(e)
-        weights[e.module] = apply_factors(w, u, f, e.weight_out_in)
-    return weights, [requests[c] for c in keep]
+    return list(requests.values())
+
+
+def edited_weights(journal: Journal, upto: int) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """Every module ``journal`` touched, rebuilt with its first ``upto`` applied edits
+    (:meth:`Journal.rebuild`), and those edits' stored requests."""
+    requests = applied_requests(journal)[:upto]
+    cases = {r["case_id"] for r in requests}
+    entries = journal.entries(active_only=True)
+    ids = {e.id for e in entries if e.request["case_id"] in cases}
+    return {m: journal.rebuild(m, only=ids) for m in {e.module for e in entries}}, requests
 
 
 def first_tokens(model, tok, prompts: list[str], answers: list[str]) -> tuple[list[str], list[float], list[int]]:
