@@ -27,6 +27,7 @@ import torch
 from .atomic import atomic_dir
 from .batch import check_batch_size, edit_batched
 from .config_io import merge
+from .editing.config import written_layers
 from .errors import ConfigError
 from .evaluate import RequestScores, aggregate, pre_edit_snapshot, score_request
 from .journal import Journal
@@ -150,8 +151,9 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
     cfg = sequential_config(cfg, len(reqs) + (len(prior.entries(active_only=True)) if prior is not None else 0))
     pres = [pre_edit_snapshot(lm.model, lm.tokenizer, r) for r in reqs] if score else None
     ctx = prepare(lm, cfg, seed, progress=progress)
-    if prior is not None:  # the nullspace rule solves new edits against the folder's earlier ones
-        seed_edited_keys(lm, ctx, prior, cfg.layer)
+    if prior is not None:  # the protecting rules solve new edits against the folder's earlier ones
+        for layer in written_layers(cfg.layer, cfg.update):  # every layer a spread edit writes
+            seed_edited_keys(lm, ctx, prior, layer)
     if out is None:
         records = _edit_all(lm, reqs, cfg, ctx, None, force, progress, batch)
     else:

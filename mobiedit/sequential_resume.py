@@ -144,7 +144,15 @@ def restore_row(saved: SavedState, session, journal, st) -> None:
     for layer in sorted({e.layer for e in journal.entries()}):
         session.sync_forward(layer)
     session.ctx.edited_keys.clear()
-    session.ctx.edited_keys.update({layer: list(keys) for layer, keys in saved.edited_keys.items()})
+    session.ctx.edited_requests.clear()
+    for layer, keys in saved.edited_keys.items():  # the journal holds the applied edits in order
+        reqs = [e.edit_request() for e in journal.entries() if e.layer == layer]
+        if len(reqs) != len(keys):
+            raise ConfigError(f"the saved state protects {len(keys)} keys at layer {layer} but the journal "
+                              f"holds {len(reqs)} edits of it", where="--work",
+                              fix="pass a new --work folder (the saved state does not match its journal)")
+        for key, req in zip(keys, reqs):
+            session.ctx.protect(layer, key, req)
     st.records[:], st.rows[:] = saved.records, saved.rows
     st.applied_ids.update(r["case_id"] for r in saved.records if r["applied"])
     st.factors.update({e.id: journal.load_factors(e) for e in journal.entries()})

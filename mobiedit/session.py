@@ -29,7 +29,7 @@ from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
 from .methods.verify import check_written
 from .methods.mobiedit import MobiEditConfig, forward_model
 from .methods.mobiedit import lower_layers_paged as paged_lower
-from .methods.rome import search_model
+from .methods.rome import key_model, search_model
 from .models import LoadedModel
 from .editing.update import null_space_projector, write_factors
 from .errors import ConfigError
@@ -70,18 +70,19 @@ def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = Fals
 
 def seed_edited_keys(lm: LoadedModel, ctx: ModelContext, journal: Journal, layer: int) -> int:
     """Put the keys of ``journal``'s active edits of ``layer`` into ``ctx.edited_keys`` (a session
-    that continues an edited folder). A key at layer ``l`` is the input of that layer's edited
-    matrix, which no edit of that matrix changes: recomputed from the recorded request, it is the
-    key the edit was solved at. Returns how many keys were added."""
+    that continues an edited folder), each with its request. A key at layer ``l`` is the input of
+    that layer's edited matrix, which no edit of that matrix changes: recomputed from the recorded
+    request, it is the key the edit was solved at when only ``l`` was written, and the key as the
+    model stands now when a spread edit also wrote a layer below ``l``. Returns how many keys were
+    added."""
     from .editing.compute_k import compute_key
 
-    keys = ctx.edited_keys.setdefault(layer, [])
     n = 0
     for e in journal.entries(active_only=True):
         if e.layer == layer:
             req = e.edit_request()
-            keys.append(compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
-                                    req.rewrite_prompt, req.subject)[0])
+            ctx.protect(layer, compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
+                                           req.rewrite_prompt, req.subject)[0], req)
             n += 1
     return n
 
@@ -292,7 +293,10 @@ class EditSession:
         if keep:  # a trial is scored on the float model and undone before any search sees it
             self.sync_forward(out.layer)
         if keep and out.key is not None:  # later null-space solves of this session protect it
-            self.ctx.edited_keys.setdefault(out.layer, []).append(out.key)
+            self.ctx.protect(out.layer, out.key, req)
+            refresh = self.cfg.update.key_refresh
+            if refresh and out.layer == self.cfg.layer and len(self.ctx.edited_keys[out.layer]) % refresh == 0:
+                self.ctx.reread_keys(key_model(self.lm, self.fwd_model, self.cfg.update))
 
     def restore(self, layer: int, weight: torch.Tensor) -> None:
         """Put ``weight`` back into the edit matrix (bit-exact; an independent bench edit's undo)."""

@@ -43,7 +43,7 @@ def setup(small_fact_lm, tmp_path_factory):
     records = json.loads(bundled_path("counterfact-edit-1k.json").read_text())
     req.write_text(json.dumps([records[i] for i in RECORDS]))
     # a short search (12 steps, one clamp) keeps the test quick; --force applies what it finds
-    cfg.write_text("update: {spread: 2, rule: rows-protect, clamp_ladder: [4.0]}\nzo: {max_steps: 12}\n")
+    cfg.write_text("update: {spread: 2, rule: rows-protect, clamp_ladder: [4.0], key_refresh: 1}\nzo: {max_steps: 12}\n")
     rc, _ = _cli(_args(small_fact_lm, req, cfg, tmp / "whole", tmp / "whole-work"))
     assert rc == 0
     whole = json.loads((tmp / "whole" / "sequential.json").read_text())["rows"][0]

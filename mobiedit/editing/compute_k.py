@@ -48,3 +48,11 @@ def compute_key(model, family: Family, layer: int, tok, templates: list[str], re
     output at the plain rewrite prompt (ROME uses k̄ for the direction, k_cur for the scale)."""
     ks, k_cur, out_cur = compute_keys(model, family, layer, tok, templates, rewrite_prompt, subject)
     return ks.mean(0), k_cur, out_cur
+
+
+def mean_keys(model, family: Family, layer: int, tok, templates: list[str],
+              prompts_subjects: list[tuple[str, str]]) -> list[torch.Tensor]:
+    """[d_in] k̄ of each ``(rewrite_prompt, subject)`` as ``model`` stands: the key averaged over the
+    context ``templates`` (:func:`compute_key`'s first value, without the plain prompt's forward)."""
+    return [keys_at_subject(model, family, layer, tok, [t.replace("{}", p) for t in templates], s)[0].mean(0)
+            for p, s in prompts_subjects]

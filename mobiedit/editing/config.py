@@ -100,6 +100,13 @@ class UpdateConfig:
     path, as the bundle path reads them from its own (quantized) prefix program; ``search``, from
     the forward model the value search ran on (the quantized copy), the alternative measured in
     docs/results.md.
+
+    ``key_refresh`` — how the applied edits' keys ``K_p`` that ``protect``, ``rows-protect`` and
+    ``nullspace`` hold still are kept: 0 (default), each edit's key as it was solved; n > 0, every n
+    applied edits each one is re-read from the model as it stands (:meth:`EditSession.apply`). They
+    agree for one layer (no edit of a matrix changes its own input); with ``spread`` > 1 each lower
+    part moves the keys of the layers above it, and a solve against the solved keys holds still keys
+    the model no longer produces (docs/reliability.md, "Stale keys").
     """
 
     rule: str = "rome"
@@ -111,6 +118,7 @@ class UpdateConfig:
                                 # deliver at that row's key — instead of δ at every row (issue 18:
                                 # search at the keys that are written; w does not depend on δ)
     key_source: str = "served"
+    key_refresh: int = 0
     clamp_ladder: tuple[float, ...] = ()  # sequential safety (issue 16): try the edit with the value
                                 # change clamped to each factor in turn (objective.clamp_norm_factor),
                                 # keep the first the edited model says; () = the objective's clamp only
@@ -144,6 +152,9 @@ class UpdateConfig:
         if self.key_source not in KEY_SOURCES:
             raise ConfigError(f"unknown key source {self.key_source!r}", where="update.key_source",
                               fix=f"use one of {KEY_SOURCES}")
+        if isinstance(self.key_refresh, bool) or not isinstance(self.key_refresh, int) or self.key_refresh < 0:
+            raise ConfigError(f"key_refresh={self.key_refresh!r} must be an integer >= 0", where="update.key_refresh",
+                              fix="0 (keys as solved), or e.g. 10 (re-read the protected keys every 10 edits)")
 
 
 def written_layers(layer: int, update: UpdateConfig) -> tuple[int, ...]:

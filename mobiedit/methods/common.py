@@ -10,6 +10,7 @@ import torch
 
 from ..families import Family
 from ..models import LoadedModel
+from ..requests import EditRequest
 from ..editing.config import ContextConfig
 from ..editing.context import generate_context_templates
 from ..editing.stats import cached_second_moment
@@ -35,6 +36,33 @@ class ModelContext:
     #: per layer: k̄ of each edit applied so far in this session, in order (the ``nullspace``
     #: rule's ``K_p``; a sequential session appends, an independent one never does)
     edited_keys: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    #: per layer: the request of each key in ``edited_keys``, in the same order (what
+    #: ``update.protected_keys: current`` re-reads the keys from)
+    edited_requests: dict[int, list[EditRequest]] = field(default_factory=dict)
+
+    def protect(self, layer: int, key: torch.Tensor, req: EditRequest) -> None:
+        """Add an applied edit's key ``key`` at ``layer`` (of request ``req``) to the keys later
+        solves of this session hold still."""
+        self.edited_keys.setdefault(layer, []).append(key)
+        self.edited_requests.setdefault(layer, []).append(req)
+
+    def reread_keys(self, lm: LoadedModel) -> int:
+        """Re-read from ``lm`` as it stands the protected keys of every layer above the lowest one
+        this session protects keys of (``update.key_refresh``): a write below layer ``l`` moves
+        ``l``'s keys, none at or above ``l`` does. Returns how many keys were re-read."""
+        from ..editing.compute_k import mean_keys
+
+        layers = sorted(self.edited_keys)
+        n = 0
+        for layer in layers[1:]:
+            reqs = self.edited_requests.get(layer, [])
+            if len(reqs) != len(self.edited_keys[layer]):
+                raise RuntimeError(f"layer {layer}: {len(self.edited_keys[layer])} protected keys, {len(reqs)} "
+                                   "requests (ModelContext.protect keeps them in step)")
+            self.edited_keys[layer][:] = mean_keys(lm.model, lm.family, layer, lm.tokenizer, self.templates,
+                                                   [(r.rewrite_prompt, r.subject) for r in reqs])
+            n += len(reqs)
+        return n
 
 
 def prepare_context(lm: LoadedModel, layers: list[int], context: ContextConfig, stats_texts: list[str] | None,
