@@ -69,3 +69,29 @@ def test_a_refresh_every_two_edits_leaves_the_keys_stale_in_between(tiny_llama_d
     assert float(_rel(torch.stack(ctx.edited_keys[1]), _fresh(lm, ctx, 1))[0]) > 1e-6
     lm, ctx = _run(tiny_llama_dir, tmp_path, 2, 4)  # re-read after edit 4
     assert torch.equal(torch.stack(ctx.edited_keys[1]), _fresh(lm, ctx, 1))
+
+
+def test_editing_an_edited_folder_again_protects_its_edits_at_every_written_layer(tiny_llama_dir, tmp_path, monkeypatch):
+    """A spread config writes layers 0 and 1; an edit of the folder those edits were saved in solves
+    against the folder's earlier edits at both layers, each key with its request."""
+    from mobiedit import api, session
+    from mobiedit.requests import EditRequest
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_llama_dir, folder)
+    (folder / "mobiedit.json").write_text('{"edit_layer": 1, "stats_corpus": "counterfact"}')
+    cfg = ROMEConfig(layer=1, steps=8, context=ContextConfig(lengths=((4, 2),)),
+                     update=UpdateConfig(spread=2, rule="rows-protect", key_refresh=1))
+    reqs = [EditRequest(case_id=f"s{i}", prompt="{} plays the sport", subject=s, target_new=t, target_true="golf")
+            for i, (s, t) in enumerate((("Anna Lee", "tennis"), ("Bo Chen", "hockey"), ("Cy Diaz", "rugby")))]
+    api.edit(folder, reqs[:2], config=cfg, out=tmp_path / "e1", force=True)
+    seeded = []
+
+    def seeding(lm, ctx, journal, layer):
+        n = session.seed_edited_keys(lm, ctx, journal, layer)
+        seeded.append((layer, n, [r.case_id for r in ctx.edited_requests[layer]]))
+        return n
+
+    monkeypatch.setattr(api, "seed_edited_keys", seeding)
+    api.edit(tmp_path / "e1", reqs[2:], config=cfg, out=tmp_path / "e2", force=True)
+    assert seeded == [(0, 2, ["s0", "s1"]), (1, 2, ["s0", "s1"])]
