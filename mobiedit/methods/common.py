@@ -37,7 +37,7 @@ class ModelContext:
     #: rule's ``K_p``; a sequential session appends, an independent one never does)
     edited_keys: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     #: per layer: the request of each key in ``edited_keys``, in the same order (what
-    #: ``update.protected_keys: current`` re-reads the keys from)
+    #: ``update.key_refresh`` re-reads the keys from)
     edited_requests: dict[int, list[EditRequest]] = field(default_factory=dict)
 
     def protect(self, layer: int, key: torch.Tensor, req: EditRequest) -> None:
