@@ -75,14 +75,14 @@ def seed_edited_keys(lm: LoadedModel, ctx: ModelContext, journal: Journal, layer
     request, it is the key the edit was solved at when only ``l`` was written, and the key as the
     model stands now when a spread edit also wrote a layer below ``l``. Returns how many keys were
     added."""
-    from .editing.compute_k import compute_key
+    from .editing.compute_k import template_keys
 
     n = 0
     for e in journal.entries(active_only=True):
         if e.layer == layer:
             req = e.edit_request()
-            ctx.protect(layer, compute_key(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
-                                           req.rewrite_prompt, req.subject)[0], req)
+            ctx.protect(layer, template_keys(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
+                                             req.rewrite_prompt, req.subject).mean(0), req)
             n += 1
     return n
 

@@ -43,10 +43,10 @@ def _run(tiny_llama_dir, tmp_path, refresh: int, n: int):
 
 
 def _fresh(lm, ctx, layer: int) -> torch.Tensor:
-    from mobiedit.editing.compute_k import mean_keys
+    from mobiedit.editing.compute_k import template_keys
 
-    return torch.stack(mean_keys(lm.model, lm.family, layer, lm.tokenizer, ctx.templates,
-                                 [(r.rewrite_prompt, r.subject) for r in ctx.edited_requests[layer]]))
+    return torch.stack([template_keys(lm.model, lm.family, layer, lm.tokenizer, ctx.templates, r.rewrite_prompt,
+                                      r.subject).mean(0) for r in ctx.edited_requests[layer]])
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -33,11 +33,18 @@ def row_keys(model, family: Family, layer: int, batch) -> tuple[torch.Tensor, to
     return rec.input[rows, idx].float(), rec.output[rows, idx].float()
 
 
+def template_keys(model, family: Family, layer: int, tok, templates: list[str], rewrite_prompt: str,
+                  subject: str) -> torch.Tensor:
+    """[n_templates, d_in] the key of ``subject`` in each context template around ``rewrite_prompt``
+    (their mean is the edit's k̄)."""
+    return keys_at_subject(model, family, layer, tok, [t.replace("{}", rewrite_prompt) for t in templates], subject)[0]
+
+
 def compute_keys(model, family: Family, layer: int, tok, templates: list[str], rewrite_prompt: str,
                  subject: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(K [n_templates, d_in], k_cur, out_cur): the key in each context template, and the key and
     ``mlp_out`` output at the plain rewrite prompt."""
-    ks, _ = keys_at_subject(model, family, layer, tok, [t.replace("{}", rewrite_prompt) for t in templates], subject)
+    ks = template_keys(model, family, layer, tok, templates, rewrite_prompt, subject)
     k_cur, out_cur = keys_at_subject(model, family, layer, tok, [rewrite_prompt], subject)
     return ks, k_cur[0], out_cur[0]
 
@@ -49,10 +56,3 @@ def compute_key(model, family: Family, layer: int, tok, templates: list[str], re
     ks, k_cur, out_cur = compute_keys(model, family, layer, tok, templates, rewrite_prompt, subject)
     return ks.mean(0), k_cur, out_cur
 
-
-def mean_keys(model, family: Family, layer: int, tok, templates: list[str],
-              prompts_subjects: list[tuple[str, str]]) -> list[torch.Tensor]:
-    """[d_in] k̄ of each ``(rewrite_prompt, subject)`` as ``model`` stands: the key averaged over the
-    context ``templates`` (:func:`compute_key`'s first value, without the plain prompt's forward)."""
-    return [keys_at_subject(model, family, layer, tok, [t.replace("{}", p) for t in templates], s)[0].mean(0)
-            for p, s in prompts_subjects]

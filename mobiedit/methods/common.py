@@ -50,7 +50,7 @@ class ModelContext:
         """Re-read from ``lm`` as it stands the protected keys of every layer above the lowest one
         this session protects keys of (``update.key_refresh``): a write below layer ``l`` moves
         ``l``'s keys, none at or above ``l`` does. Returns how many keys were re-read."""
-        from ..editing.compute_k import mean_keys
+        from ..editing.compute_k import template_keys
 
         layers = sorted(self.edited_keys)
         n = 0
@@ -59,8 +59,8 @@ class ModelContext:
             if len(reqs) != len(self.edited_keys[layer]):
                 raise RuntimeError(f"layer {layer}: {len(self.edited_keys[layer])} protected keys, {len(reqs)} "
                                    "requests (ModelContext.protect keeps them in step)")
-            self.edited_keys[layer][:] = mean_keys(lm.model, lm.family, layer, lm.tokenizer, self.templates,
-                                                   [(r.rewrite_prompt, r.subject) for r in reqs])
+            self.edited_keys[layer][:] = [template_keys(lm.model, lm.family, layer, lm.tokenizer, self.templates,
+                                                        r.rewrite_prompt, r.subject).mean(0) for r in reqs]
             n += len(reqs)
         return n
 
