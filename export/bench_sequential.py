@@ -250,7 +250,8 @@ def run(s: Settings, progress: bool = False) -> dict:
     from mobiedit.errors import ConfigError
     from mobiedit.requests import load_requests
 
-    from .bundle import load_bundle, update_of
+    from .bundle import load_bundle
+    from .manifest_check import update_of
     from .ops import edit_bundle
     from .recipe import recipe_of
     from .scoring import BundleScorer
@@ -275,7 +276,7 @@ def run(s: Settings, progress: bool = False) -> dict:
                   "edit_quantization": m["edit_quantization"], "slots": m["slots"], "n": s.n,
                   "checkpoints": list(s.marks), "probe": len(probes), "force": s.force, "repair": s.repair,
                   "stop_on": s.stop_on or recipe_of(m).stop_on,
-                  "update": dict(zip(("rule", "rows_ridge"), update_of(m))),
+                  "update": update_of(m)._asdict(),
                   "requests": str(s.requests),
                   "requests_sha256": files_sha256([s.requests]),
                   "source_active_edits": len(src.journal(readonly=True).entries(active_only=True)),

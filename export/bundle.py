@@ -210,20 +210,24 @@ def _manifest(prep, cfg: ExportConfig, programs: dict, special: dict, checks: di
         "programs": programs,
         "edit": {"templates": prep.templates, "objective": asdict(cfg.edit.objective), "mom2": cfg.edit.mom2,
                  "ridge": cfg.edit.ridge, "weight_out_in": prep.lm.family.weight_out_in,
-                 "update": {"rule": cfg.edit.update_rule, "rows_ridge": cfg.edit.rows_ridge}},
+                 "update": _update_section(cfg)},
         "checks": checks,
     }
 
 
+def _update_section(cfg: ExportConfig) -> dict:
+    """The manifest's ``edit.update``: the rule and ``rows_ridge``, and ``edited_weight`` for the
+    rules that hold the applied edits' keys still."""
+    from mobiedit.editing.update import PROTECTING_RULES
+
+    sec = {"rule": cfg.edit.update_rule, "rows_ridge": cfg.edit.rows_ridge}
+    if cfg.edit.update_rule in PROTECTING_RULES:
+        sec["edited_weight"] = cfg.edit.edited_weight
+    return sec
+
+
 _REQUIRED = ("format_version", "runtime", "model_family", "edit_layer", "edit_module", "dims", "shapes", "slots",
              "special_tokens", "programs", "edit", "files")
-
-
-def update_of(manifest: dict) -> tuple[str, float]:
-    """The write rule of a manifest :func:`read_manifest` accepted: ``edit.update``'s ``rule`` and
-    ``rows_ridge`` (absent in bundles exported before session 28: ROME's direction)."""
-    u = manifest["edit"].get("update") or {}
-    return u.get("rule", "rome"), float(u.get("rows_ridge", 1e-2))
 
 
 def read_manifest(path: Path) -> dict:
@@ -375,6 +379,21 @@ class Bundle:
                                   where=str(self.path / JOURNAL), fix="use the journal written for this bundle")
             u[i], w[i] = journal.load_factors(e)
         return u, w
+
+    def protected_keys(self, journal: Journal) -> torch.Tensor:
+        """[n_active, d_in] the keys recorded with the journal's active edits, in id order (what the
+        protecting write rules hold still). BundleError naming the entry when one has none (recorded
+        before keys were kept): undo it, or export the bundle with a rule that does not protect."""
+        keys = []
+        for e in journal.entries(active_only=True):
+            k = journal.load_key(e)
+            if k is None:
+                raise BundleError(f"edit {e.id} was recorded without its key, which edit.update.rule "
+                                  f"{self.manifest['edit'].get('update', {}).get('rule')!r} holds still",
+                                  where=str(self.path / JOURNAL), fix=f"undo edit {e.id} (mobiedit undo), or "
+                                  "use a bundle exported with --update-rule rome or rows")
+            keys.append(k)
+        return torch.stack(keys) if keys else torch.zeros(0, self.manifest["dims"]["intermediate_size"])
 
 
 def load_bundle(path: str | Path) -> Bundle:

@@ -6,6 +6,7 @@ exportable. Cross-section rules (scheme vs runtime) are checked by :class:`Expor
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from mobiedit.errors import ConfigError
@@ -168,9 +169,10 @@ class EditSetup:
     stats_limit: use at most this many texts of the statistics corpus (0 = all).
     recipe: the search the bundle's hosts run, a name of :data:`mobiedit.recipes.BUNDLE_RECIPES`
     (``fzoo``, the shipped one; ``fzoo-grad``: coordinate directions sized by the whole gradient).
-    update_rule: the write every host computes (manifest ``edit.update``): ``rome`` (``C⁻¹k̄``) or
+    update_rule: the write every host computes (manifest ``edit.update``): ``rome`` (``C⁻¹k̄``),
     ``rows`` (exact at every rewrite row's key, ``update.rule: rows`` of the eager path), with
-    ``rows_ridge``.
+    ``rows_ridge``, or ``protect`` / ``rows-protect`` — those with the active journal edits' keys held
+    still (``C + edited_weight · K_pᵀK_p`` for ``C``; each bundle edit's key is journaled with it).
     """
 
     layer: int | None = None
@@ -183,15 +185,20 @@ class EditSetup:
     recipe: str = "fzoo"
     update_rule: str = "rome"
     rows_ridge: float = 1e-2
+    edited_weight: float = 1.0
 
     def __post_init__(self) -> None:
         from mobiedit.editing.update import BUNDLE_UPDATE_RULES
 
         if self.update_rule not in BUNDLE_UPDATE_RULES:
             raise ConfigError(f"unknown update rule {str(self.update_rule)[:40]!r}", where="ExportConfig.edit.update_rule",
-                              fix=f"use one of {', '.join(BUNDLE_UPDATE_RULES)} (the sequential rules need "
-                                  "the applied edits' keys, which a bundle does not keep)")
+                              fix=f"use one of {', '.join(BUNDLE_UPDATE_RULES)} (the eager path's nullspace "
+                                  "needs a projector a bundle does not ship)")
         check_rows_ridge(self.rows_ridge, "ExportConfig.edit.rows_ridge")
+        ew = self.edited_weight
+        if isinstance(ew, bool) or not isinstance(ew, (int, float)) or not (math.isfinite(ew) and ew > 0):
+            raise ConfigError(f"edited_weight={ew!r} must be a finite number > 0", where="ExportConfig.edit.edited_weight",
+                              fix="e.g. 1 (each applied edit's key counts as one average token of C)")
         if self.layer is not None:
             _int("edit", "layer", self.layer, 0)
         _int("edit", "stats_limit", self.stats_limit, 0)

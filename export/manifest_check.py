@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import NamedTuple
 
 from mobiedit.errors import BundleError
 
@@ -168,7 +169,7 @@ def _edit(m: dict, where: str) -> None:
 
         upd = _obj(where, "edit.update", edit["update"])
         for key in upd:
-            if key not in ("rule", "rows_ridge"):
+            if key not in ("rule", "rows_ridge", "edited_weight"):
                 _fail(where, f"edit.update.{str(key)[:40]}", "unknown field")
         if upd.get("rule", "rome") not in BUNDLE_UPDATE_RULES:
             _fail(where, "edit.update.rule", f"must be one of {', '.join(BUNDLE_UPDATE_RULES)}")
@@ -176,6 +177,10 @@ def _edit(m: dict, where: str) -> None:
             check_rows_ridge(upd.get("rows_ridge", 1e-2), "edit.update.rows_ridge")
         except ConfigError as e:
             _fail(where, "edit.update.rows_ridge", e.message)
+        ew = upd.get("edited_weight", 1.0)
+        if isinstance(ew, bool) or not isinstance(ew, (int, float)) or not (math.isfinite(ew) and ew > 0):
+            _fail(where, "edit.update.edited_weight", "must be a finite number > 0 (the weight of the applied "
+                                                      "edits' keys in the protecting rules, e.g. 1)")
 
 
 def validate_sections(m: dict, where: str) -> None:
@@ -213,3 +218,20 @@ def validate_sections(m: dict, where: str) -> None:
         if zo.K * dims["d_out"] > MAX_ELEMENTS:  # the search's directions, K rows of d_out floats
             _fail(where, "recipe.zo.n_dirs", f"implies a buffer of {zo.K} x {dims['d_out']} elements "
                   f"(limit {MAX_ELEMENTS}); use fewer directions")
+
+
+class BundleUpdate(NamedTuple):
+    """A manifest's ``edit.update``: the write rule, the ``rows`` ridge and, for the protecting
+    rules, the weight of the applied edits' keys (:func:`mobiedit.editing.update.bundle_direction`)."""
+
+    rule: str
+    rows_ridge: float
+    edited_weight: float
+
+
+def update_of(manifest: dict) -> BundleUpdate:
+    """The write rule of a manifest :func:`read_manifest` accepted: ``edit.update``'s ``rule``,
+    ``rows_ridge`` and ``edited_weight`` (absent in bundles exported before session 28: ROME's
+    direction; ``edited_weight`` before session 34: 1)."""
+    u = manifest["edit"].get("update") or {}
+    return BundleUpdate(u.get("rule", "rome"), float(u.get("rows_ridge", 1e-2)), float(u.get("edited_weight", 1.0)))

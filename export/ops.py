@@ -8,8 +8,9 @@ No HF model is built here: programs run in the bundle's runtime, text goes throu
   current slots, so edits compose), :func:`mobiedit.driver.search_value` (the search every host
   runs) searches the value delta through the ``edit`` program, and ROME's factors ``u = v* − W k``, ``w = C⁻¹k̄ / (k·C⁻¹k̄)`` (keys from
   the prefix program, C⁻¹ from keystats; with the manifest's ``edit.update.rule`` ``rows``, the
-  direction that is exact at every rewrite row's key, :func:`mobiedit.editing.update.bundle_direction`)
-  are appended to the journal atomically.
+  direction that is exact at every rewrite row's key; ``protect`` / ``rows-protect`` hold the active
+  edits' journaled keys still, :func:`mobiedit.editing.update.bundle_direction`) are appended to the
+  journal atomically, with the edit's key k̄.
 * :func:`undo_bundle_edit`: marks a journal edit undone (its slot empties on the next run).
 """
 from __future__ import annotations
@@ -32,12 +33,13 @@ from mobiedit.ladder import climb, needs_ladder, sequential_ladder, warm_start
 from mobiedit.requests import EditRequest
 from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.editing.context import build_edit_inputs
-from mobiedit.editing.update import bundle_direction
+from mobiedit.editing.update import PROTECTING_RULES, bundle_direction
 from mobiedit.recipes import EditRecipe, SuccessCriterion, check_fraction, check_nll
 from mobiedit.zo import ZOConfig
 from mobiedit.zo.rank_one import rank_one_factors
 
-from .bundle import JOURNAL, Bundle, load_bundle, update_of
+from .bundle import JOURNAL, Bundle, load_bundle
+from .manifest_check import update_of
 from .generate import CacheShape, greedy_tokens
 from .packing import EDIT_INPUTS, edit_feed, pack_edit
 from .recipe import Recipe, recipe_of
@@ -128,6 +130,7 @@ class BundleSearch:
     delta: torch.Tensor | None = None  # the searched value change (a clamp ladder's next start)
     confirms: int = 0  # written-edit checks the search asked for (stop_on "written")
     refused: int = 0  # of those, deltas the loop's rule passed but whose written edit did not hold
+    key: torch.Tensor | None = None  # k̄ of the rewrite rows (journaled: the protecting rules hold it still)
 
 
 def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditRequest, zo: ZOConfig | None = None,
@@ -157,8 +160,10 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     graph = EditGraph(b.program("edit"), edit_feed(packed, pout), m["shapes"]["edit_K"], packed)
     v_init = pout["values"][0]
     keys = pout["keys"]
-    rule, rows_ridge = update_of(m)
-    c = bundle_direction(keystats["c_inv"], keys[: packed.n_rewrite], rule, rows_ridge)
+    upd = update_of(m)
+    prior = b.protected_keys(journal) if upd.rule in PROTECTING_RULES else None
+    c = bundle_direction(keystats["c_inv"], keys[: packed.n_rewrite], upd.rule, upd.rows_ridge, prior,
+                         upd.edited_weight)
     says = says_rule(packed, success_fraction)
     verdicts: dict[bytes, bool | None] = {}  # the written verdict per delta checked (the last one is reused)
 
@@ -173,7 +178,7 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     found = search_value(graph, v_init, objective, recipe, backend, start=start, confirm=confirm)
     u, w = rank_one_factors(keys[0].numpy(), (v_init + found.delta).numpy(), v_init.numpy(), c.numpy())
     held = written(found.delta) if verify_write else None
-    counts = {"confirms": found.confirms, "refused": found.refused}
+    counts = {"confirms": found.confirms, "refused": found.refused, "key": keys[: packed.n_rewrite].mean(0)}
     if held is None:
         return BundleSearch(found.status, found.succeeded, u, w, found.evals, found.zo, found.losses, delta=found.delta,
                             **counts)
@@ -243,7 +248,8 @@ def _edit_one(b: Bundle, recipe: Recipe, journal: Journal, keystats: dict, req: 
                                         "written_checks": found.confirms, "written_refused": found.refused},
                                config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
                                        "success_nll": success_nll, "stop_on": stop_on, "runtime": b.runtime, **ladder,
-                                       **({"repair_of": repair_of} if repair_of is not None else {})})
+                                       **({"repair_of": repair_of} if repair_of is not None else {})},
+                               key=found.key)
     log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, found.status, entry is not None, found.loss_evals)
     return BundleEditResult(request=req, status=found.status, succeeded=succeeded, applied=entry is not None,
                             entry=entry, loss_evals=found.loss_evals, wall_time=time.perf_counter() - t0,

@@ -173,6 +173,23 @@ class Journal:
                                    fix=RESTORE)
         return tensors["u"], tensors["w"]
 
+    def load_key(self, entry: JournalEntry) -> torch.Tensor | None:
+        """The key ``k`` [d_in] recorded with ``entry`` (:meth:`record`'s ``key``), after checking the
+        sha256, dtype, shape and values; None when the entry was recorded without one."""
+        where = f"{self.folder / JOURNAL_FILE}, edit {entry.id}"
+        data = self._factors_bytes(entry)
+        try:
+            t = st_load(data).get("k")
+        except Exception as e:  # safetensors raises its own error types for malformed headers
+            raise JournalError(f"factors file is not valid safetensors ({one_line(e)})",
+                               where=f"{where}, field 'factors'", fix=RESTORE) from None
+        if t is None:
+            return None
+        if t.dtype != torch.float32 or tuple(t.shape) != (entry.d_in,) or not torch.isfinite(t).all():
+            raise JournalError(f"key 'k' is {t.dtype}{list(t.shape)} or non-finite, expected finite float32[{entry.d_in}]",
+                               where=f"{where}, field 'k'", fix=RESTORE)
+        return t
+
     def base_weight(self, module: str) -> torch.Tensor:
         """The stored pre-edit weight of ``module``, checked against the journal's base_sha256."""
         rows = [e for e in self._entries if e.module == module]
@@ -239,15 +256,18 @@ class Journal:
 
     def record(self, request: EditRequest | dict, method: str, family: Family | str, layer: int,
                module_name: str, u: torch.Tensor, w: torch.Tensor, base_weight: torch.Tensor,
-               metrics: dict | None = None, config: dict | None = None) -> JournalEntry:
+               metrics: dict | None = None, config: dict | None = None, key: torch.Tensor | None = None
+               ) -> JournalEntry:
         """Record one edit whose factors were computed on ``base_weight`` (the module's weight just
         before this edit). Writes base (first edit of the module), factors, then the journal line.
+        ``key`` [d_in] (optional): the edit's key, kept in the factors file as ``k`` (a bundle's
+        protecting write rules hold the active edits' keys still, :meth:`load_key`).
 
         The model is not changed: apply with :func:`apply_factors` or :meth:`bake`. Raises
         JournalError for inconsistent shapes / arguments, NumericalError for non-finite factors.
         """
         fam, d_out, d_in, factors, extras = record_args(request, method, family, layer, module_name, u, w,
-                                                        base_weight, metrics, config)
+                                                        base_weight, metrics, config, key)
         apply_factors(base_weight, factors["u"], factors["w"], fam.weight_out_in)  # NumericalError on overflow
         prior = [e for e in self._entries if e.module == module_name]
         if prior:

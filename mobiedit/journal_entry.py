@@ -127,10 +127,11 @@ def _json_ready(value: Any, field: str) -> Any:
 
 def record_args(request: EditRequest | dict, method: str, family: Family | str, layer: int,
                 module_name: str, u: torch.Tensor, w: torch.Tensor, base_weight: torch.Tensor,
-                metrics: dict | None, config: dict | None
+                metrics: dict | None, config: dict | None, key: torch.Tensor | None = None
                 ) -> tuple[Family, int, int, dict[str, torch.Tensor], dict[str, Any]]:
     """Validate :meth:`Journal.record` arguments; returns (family, d_out, d_in, float32 CPU
-    factors {u, w}, JSON-ready {request, metrics, config}). Nothing is written here."""
+    factors {u, w} and, with ``key``, {k}, JSON-ready {request, metrics, config}). Nothing is
+    written here."""
     fam = FAMILIES.get(family) if isinstance(family, str) else family
     if not isinstance(fam, Family):
         raise JournalError(f"unknown family {family!r}", where="record(), argument 'family'",
@@ -150,14 +151,16 @@ def record_args(request: EditRequest | dict, method: str, family: Family | str, 
                              fix="the model's weight is already non-finite; reload the original model")
     d_out, d_in = base_weight.shape if fam.weight_out_in else base_weight.shape[::-1]
     factors: dict[str, torch.Tensor] = {}
-    for key, t, size in (("u", u, d_out), ("w", w, d_in)):
+    given = (("u", u, d_out), ("w", w, d_in)) + ((("k", key, d_in),) if key is not None else ())
+    for name, t, size in given:
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (size,):
             got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise JournalError(f"must be a tensor of shape [{size}], got {got}",
-                               where=f"record(), argument '{key}'", fix="u: [d_out], w: [d_in]")
-        factors[key] = t.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
-        if not torch.isfinite(factors[key]).all():
-            raise NumericalError("contains NaN/Inf", where=f"record(), argument '{key}'",
+                               where=f"record(), argument '{'key' if name == 'k' else name}'",
+                               fix="u: [d_out], w and key: [d_in]")
+        factors[name] = t.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+        if not torch.isfinite(factors[name]).all():
+            raise NumericalError("contains NaN/Inf", where=f"record(), argument '{'key' if name == 'k' else name}'",
                                  fix="the edit diverged; nothing was recorded")
     req = request.to_dict() if isinstance(request, EditRequest) else request
     if not isinstance(req, dict):

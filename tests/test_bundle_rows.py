@@ -78,7 +78,10 @@ def test_eager_and_bundle_rows_directions_are_one_definition():
     assert torch.equal(bundle_direction(c_inv, keys), c_inv @ keys.mean(0))  # ROME's, as bundles always wrote
 
 
-@pytest.mark.parametrize("update, field", [({"rule": "protect"}, "edit.update.rule"),
+@pytest.mark.parametrize("update, field", [({"rule": "nullspace"}, "edit.update.rule"),
+                                           ({"rule": "rows-protect", "edited_weight": 0}, "edit.update.edited_weight"),
+                                           ({"rule": "protect", "edited_weight": -1},
+                                            "edit.update.edited_weight"),
                                            ({"rule": "rows", "rows_ridge": 0}, "edit.update.rows_ridge"),
                                            ({"rule": "rows", "rows_ridge": True}, "edit.update.rows_ridge"),
                                            ({"rule": "rows", "extra": 1}, "edit.update.extra"),
@@ -94,11 +97,12 @@ def test_a_malformed_update_section_is_refused_naming_the_field(kill_bundle_base
 def test_an_older_bundle_without_the_section_writes_rome_and_the_export_config_checks_the_rule(
         kill_bundle_base, tmp_path):
     from mobiedit.export import load_bundle
-    from mobiedit.export.bundle import update_of
+    from mobiedit.export.manifest_check import update_of
     from mobiedit.export.config import EditSetup
 
-    assert update_of(load_bundle(_bundle(kill_bundle_base, tmp_path, None)).manifest) == ("rome", 1e-2)
-    for kw, where in (({"update_rule": "protect"}, "ExportConfig.edit.update_rule"),
+    assert update_of(load_bundle(_bundle(kill_bundle_base, tmp_path, None)).manifest) == ("rome", 1e-2, 1.0)
+    for kw, where in (({"update_rule": "nullspace"}, "ExportConfig.edit.update_rule"),
+                      ({"update_rule": "rows-protect", "edited_weight": 0}, "ExportConfig.edit.edited_weight"),
                       ({"update_rule": "rows", "rows_ridge": float("nan")}, "ExportConfig.edit.rows_ridge")):
         with pytest.raises(ConfigError) as e:
             EditSetup(**kw)

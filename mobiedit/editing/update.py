@@ -50,22 +50,48 @@ def rows_combine(ck: torch.Tensor, keys: torch.Tensor, rows_ridge: float) -> tor
     return d.float()
 
 
-#: the write rules a bundle can ship (manifest ``edit.update.rule``; the sequential rules need the
-#: applied edits' keys, which a bundle's journal does not keep)
-BUNDLE_UPDATE_RULES = ("rome", "rows")
+#: the write rules a bundle can ship (manifest ``edit.update.rule``); ``protect`` and ``rows-protect``
+#: hold the applied edits' keys still — a bundle's journal keeps each edit's key (factors file, "k")
+BUNDLE_UPDATE_RULES = ("rome", "rows", "protect", "rows-protect")
+#: the bundle rules whose solve takes the applied edits' keys
+PROTECTING_RULES = ("protect", "rows-protect")
+
+
+def protected_solve(c_inv: torch.Tensor, prior_keys: torch.Tensor | None, weight: float,
+                    x: torch.Tensor) -> torch.Tensor:
+    """``(C + weight · K_pᵀK_p)⁻¹ x`` from the shipped ``c_inv`` = C⁻¹ [d, d], the applied edits' keys
+    ``prior_keys`` [n_p, d] and ``x`` [d] or [d, n], by the Woodbury identity (a bundle ships C⁻¹,
+    not C): ``C⁻¹x − A (I/weight + K_p A)⁻¹ Aᵀx`` with ``A = C⁻¹K_pᵀ``, float64 inside — one
+    n_p × n_p solve, where :func:`protected_moment` + :func:`solve_c` (the eager path) solve d × d.
+    ``prior_keys`` None or empty: ``C⁻¹x``. Returns float64."""
+    ci, x64 = c_inv.double(), x.double()
+    if prior_keys is None or prior_keys.numel() == 0:
+        return ci @ x64
+    kp = prior_keys.double().reshape(prior_keys.shape[0], -1)
+    a = ci @ kp.T
+    s = kp @ a + torch.eye(kp.shape[0], dtype=torch.float64) / weight
+    return ci @ x64 - a @ torch.linalg.solve(s, a.T @ x64)
 
 
 def bundle_direction(c_inv: torch.Tensor, rewrite_keys: torch.Tensor, rule: str = "rome",
-                     rows_ridge: float = 1e-2) -> torch.Tensor:
+                     rows_ridge: float = 1e-2, prior_keys: torch.Tensor | None = None,
+                     edited_weight: float = 1.0) -> torch.Tensor:
     """The update direction of a bundle edit from the shipped ``c_inv`` [d, d] and the prefix
     program's rewrite-row keys [n, d] (row 0 the plain prompt): ``rome`` — ``C⁻¹k̄``; ``rows`` —
-    :func:`rows_combine` of ``C⁻¹Kᵀ``. ``rank_one_factors`` normalises it at the plain key."""
+    :func:`rows_combine` of ``C⁻¹Kᵀ``; ``protect`` / ``rows-protect`` — the same with
+    ``C + edited_weight · K_pᵀK_p`` for ``C`` (:func:`protected_solve`; ``prior_keys`` [n_p, d] the
+    active journal edits' keys, the eager rules' ``ctx.edited_keys``). ``rank_one_factors``
+    normalises it at the plain key."""
     if rule not in BUNDLE_UPDATE_RULES:
         raise ConfigError(f"unknown update rule {str(rule)[:40]!r}", where="edit.update.rule",
                           fix=f"use one of {', '.join(BUNDLE_UPDATE_RULES)}")
-    if rule == "rows":
-        return rows_combine(c_inv.double() @ rewrite_keys.double().T, rewrite_keys, rows_ridge)
-    return c_inv @ rewrite_keys.mean(0)
+    prior = prior_keys if rule in PROTECTING_RULES and prior_keys is not None and prior_keys.numel() else None
+    if rule in ("rows", "rows-protect"):
+        return rows_combine(protected_solve(c_inv, prior, edited_weight, rewrite_keys.double().T), rewrite_keys,
+                            rows_ridge)
+    if prior is None:  # ROME's direction, bit for bit as bundles always wrote it (float32)
+        return c_inv @ rewrite_keys.mean(0)
+    return protected_solve(c_inv, prior, edited_weight, rewrite_keys.mean(0)).float()
 
 
 def protected_moment(c: torch.Tensor | None, keys: list[torch.Tensor], weight: float) -> torch.Tensor | None:

@@ -195,7 +195,7 @@ public final class BundleSession {
             config.put(Repair.KEY, repairOf);
         }
         JournalEntry e = journal.record(outcome.request, EditTarget.of(manifest), outcome.u,
-            outcome.w, keys.baseWeight(), outcome.metrics(), config, nowIso());
+            outcome.w, outcome.key, keys.baseWeight(), outcome.metrics(), config, nowIso());
         refreshSlots();
         return e;
     }
@@ -305,6 +305,9 @@ public final class BundleSession {
     private EditRunner runner() {
         EditRunner runner = new EditRunner(tok, manifest, runtime.edit(), keys);
         runner.setSuccess(SuccessCriterion.of(manifest.recipe));
+        if (manifest.edit.protects()) {
+            runner.setProtectedKeys(journal.protectedKeys());
+        }
         return runner;
     }
 

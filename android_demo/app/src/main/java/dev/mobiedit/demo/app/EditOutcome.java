@@ -52,6 +52,11 @@ public final class EditOutcome {
     public final int ladderTries;
     /** The last rung's clamp_norm_factor (fraction x the manifest's), NaN without a ladder. */
     public final double ladderClamp;
+    /**
+     * k̄ of the rewrite rows [d_in] (journaled with the edit: the protecting write rules hold
+     * the active edits' keys still); null where not known.
+     */
+    public float[] key;
 
     EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
             boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
@@ -116,9 +121,11 @@ public final class EditOutcome {
             System.arraycopy(o.history, 0, history, at, o.history.length);
             at += o.history.length;
         }
-        return new EditOutcome(last.request, last.status, last.succeeded, last.loopSucceeded,
-            last.verified, steps, evals, history, last.delta, last.u, last.w, wall, last.config,
-            last.success, last.stopOn, checks, refused, rungs.size(), clamp);
+        EditOutcome out = new EditOutcome(last.request, last.status, last.succeeded,
+            last.loopSucceeded, last.verified, steps, evals, history, last.delta, last.u, last.w,
+            wall, last.config, last.success, last.stopOn, checks, refused, rungs.size(), clamp);
+        out.key = last.key;
+        return out;
     }
 
     /**

@@ -57,6 +57,8 @@ public final class EditRunner {
     private final Manifest manifest;
     private final EditPrograms programs;
     private final KeyStats keys;
+    /** The active edits' keys the protecting write rules hold still ({@link #setProtectedKeys}). */
+    private float[][] protectedKeys;
     /** The last prefix state's update direction ({@link #direction}; read-only once computed). */
     private PrefixState directionOf;
     private float[] direction;
@@ -142,9 +144,12 @@ public final class EditRunner {
             float[][] f = reuse ? check.factors() : factors(st, delta);
             Boolean written = reuse ? check.verdict() : writtenHolds(pack, slots, f[0], f[1], rule);
             boolean ok = written != null ? written : loopOk;
-            return new EditOutcome(req, status, ok, loopOk, written != null, engine.steps(),
-                obj.evals(), engine.history(), delta, f[0], f[1], System.currentTimeMillis() - t0,
-                cfg, rule, stopOn, obj.writtenChecks(), obj.writtenRefused());
+            EditOutcome out = new EditOutcome(req, status, ok, loopOk, written != null,
+                engine.steps(), obj.evals(), engine.history(), delta, f[0], f[1],
+                System.currentTimeMillis() - t0, cfg, rule, stopOn, obj.writtenChecks(),
+                obj.writtenRefused());
+            out.key = st.kBar;
+            return out;
         } finally {
             engine.close();
         }
@@ -258,6 +263,15 @@ public final class EditRunner {
     }
 
     /**
+     * The active edits' keys [n][d_in] (Journal.protectedKeys) that a "protect" / "rows-protect"
+     * write rule holds still; the search computes the direction once per prefix state.
+     */
+    public void setProtectedKeys(float[][] prior) {
+        protectedKeys = prior;
+        directionOf = null;
+    }
+
+    /**
      * ROME factors for v* = out_cur + delta at k_cur (native rank_one), in the direction of the
      * manifest's write rule: C^-1 k̄, or with "rows" the direction exact at every rewrite row's key.
      */
@@ -284,12 +298,22 @@ public final class EditRunner {
             return direction;
         }
         float[] c;
-        if (Manifest.EditSetup.RULE_ROWS.equals(manifest.edit.updateRule)) {
+        String ruleName = manifest.edit.updateRule;
+        float[][] prior = manifest.edit.protects() ? protectedKeys : null;
+        if (manifest.edit.protects() && prior == null) {
+            throw new MobiEditError("no applied edits' keys were given", "edit.update.rule " + ruleName,
+                "call EditRunner.setProtectedKeys(journal.protectedKeys()) before the search");
+        }
+        if (Manifest.EditSetup.RULE_ROWS.equals(ruleName)
+                || Manifest.EditSetup.RULE_ROWS_PROTECT.equals(ruleName)) {
             if (st.rewriteKeys == null) {
-                throw new MobiEditError("the prefix state has no rewrite-row keys", "edit.update.rule rows",
+                throw new MobiEditError("the prefix state has no rewrite-row keys", "edit.update.rule " + ruleName,
                     "build the state with PrefixState.fromKeysValues");
             }
-            c = keys.rowsDirection(st.rewriteKeys, st.nRewrite, manifest.edit.rowsRidge);
+            c = keys.rowsDirection(st.rewriteKeys, st.nRewrite, manifest.edit.rowsRidge, prior,
+                manifest.edit.editedWeight);
+        } else if (Manifest.EditSetup.RULE_PROTECT.equals(ruleName)) {
+            c = keys.protectDirection(st.kBar, prior, manifest.edit.editedWeight);
         } else {
             c = keys.solve(st.kBar);
         }

@@ -92,22 +92,26 @@ public final class KeyStats {
      * double, c = CK a — the direction that is 1 at every key with the least C-norm.
      */
     public float[] rowsDirection(float[] keys, int n, double ridge) {
+        return rowsDirection(keys, n, ridge, null, 1.0);
+    }
+
+    /**
+     * {@link #rowsDirection} with C + weight K_p^T K_p for C ("rows-protect"; {@code prior}
+     * [n_p][d_in] the active edits' keys, null or empty: "rows"), through {@link #protectedSolve}.
+     */
+    public float[] rowsDirection(float[] keys, int n, double ridge, float[][] prior, double weight) {
         if (n < 1 || keys == null || keys.length != n * dIn) {
             throw new MobiEditError("rows rule: " + n + " keys of " + dIn + " do not match "
                 + (keys == null ? "none" : keys.length + " values"), "KeyStats.rowsDirection",
                 "pass the prefix program's rewrite-row keys");
         }
-        double[][] ck = new double[n][dIn];
+        double[][] kt = new double[n][dIn];
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < dIn; i++) {
-                double acc = 0;
-                int row = i * dIn;
-                for (int t = 0; t < dIn; t++) {
-                    acc += (double) cInv[row + t] * keys[j * dIn + t];
-                }
-                ck[j][i] = acc; // C^-1 K^T in double, as bundle_direction
+                kt[j][i] = keys[j * dIn + i];
             }
         }
+        double[][] ck = protectedSolve(kt, prior, weight); // C^-1 K^T in double, as bundle_direction
         double[][] g = new double[n][n + 1];
         double trace = 0;
         for (int a = 0; a < n; a++) {
@@ -125,7 +129,7 @@ public final class KeyStats {
             g[a][a] += rho;
             g[a][n] = 1.0;
         }
-        double[] x = solve(g, n);
+        double[] x = solve(g, n, "the template keys' Gram matrix is singular");
         float[] out = new float[dIn];
         for (int i = 0; i < dIn; i++) {
             double acc = 0;
@@ -142,7 +146,7 @@ public final class KeyStats {
     }
 
     /** Gaussian elimination with partial pivoting of the augmented system {@code m} [n, n + 1]. */
-    private static double[] solve(double[][] m, int n) {
+    private static double[] solve(double[][] m, int n, String singular) {
         for (int col = 0; col < n; col++) {
             int piv = col;
             for (int r = col + 1; r < n; r++) {
@@ -154,8 +158,8 @@ public final class KeyStats {
             m[col] = m[piv];
             m[piv] = tmp;
             if (m[col][col] == 0) {
-                throw new MobiEditError("the template keys' Gram matrix is singular",
-                    "edit.update.rule rows", "re-export with a larger rows_ridge, or rule 'rome'");
+                throw new MobiEditError(singular, "edit.update.rule",
+                    "re-export with a larger rows_ridge or edited_weight, or rule 'rome'");
             }
             for (int r = col + 1; r < n; r++) {
                 double f = m[r][col] / m[col][col];
@@ -173,6 +177,94 @@ public final class KeyStats {
             x[r] = acc / m[r][r];
         }
         return x;
+    }
+
+    /**
+     * The "protect" rule's direction (mobiedit.editing.update.bundle_direction): (C + weight
+     * K_p^T K_p)^-1 k̄ for the active edits' keys {@code prior}; C^-1 k̄ ({@link #solve}) when
+     * there are none.
+     */
+    public float[] protectDirection(float[] kBar, float[][] prior, double weight) {
+        if (prior == null || prior.length == 0) {
+            return solve(kBar);
+        }
+        double[][] x = new double[1][dIn];
+        for (int i = 0; i < dIn; i++) {
+            x[0][i] = kBar[i];
+        }
+        double[] c = protectedSolve(x, prior, weight)[0];
+        float[] out = new float[dIn];
+        for (int i = 0; i < dIn; i++) {
+            out[i] = (float) c[i];
+        }
+        return out;
+    }
+
+    /**
+     * (C + weight K_p^T K_p)^-1 x_j for each row x_j [d_in] of {@code x}, from the shipped C^-1 by
+     * the Woodbury identity (mobiedit.editing.update.protected_solve, the same arithmetic in
+     * double): C^-1 x - A (I / weight + K_p A)^-1 A^T x with A = C^-1 K_p^T. {@code prior} null or
+     * empty: C^-1 x.
+     */
+    double[][] protectedSolve(double[][] x, float[][] prior, double weight) {
+        double[][] cx = cInvTimes(x);
+        int np = prior == null ? 0 : prior.length;
+        if (np == 0) {
+            return cx;
+        }
+        double[][] kp = new double[np][];
+        for (int p = 0; p < np; p++) {
+            if (prior[p] == null || prior[p].length != dIn) {
+                throw new MobiEditError("applied edit key " + p + " is not of length " + dIn,
+                    "KeyStats.protectedSolve", "pass the journal's protected keys");
+            }
+            kp[p] = new double[dIn];
+            for (int i = 0; i < dIn; i++) {
+                kp[p][i] = prior[p][i];
+            }
+        }
+        double[][] a = cInvTimes(kp); // a[p] = C^-1 k_p (column p of A)
+        for (int j = 0; j < x.length; j++) {
+            double[][] s = new double[np][np + 1];
+            for (int p = 0; p < np; p++) {
+                for (int q = 0; q < np; q++) {
+                    s[p][q] = dot(kp[p], a[q]) + (p == q ? 1.0 / weight : 0.0);
+                }
+                s[p][np] = dot(a[p], x[j]); // A^T x_j
+            }
+            double[] y = solve(s, np, "the applied edits' keys make a singular system");
+            for (int i = 0; i < dIn; i++) {
+                double acc = 0;
+                for (int p = 0; p < np; p++) {
+                    acc += a[p][i] * y[p];
+                }
+                cx[j][i] -= acc;
+            }
+        }
+        return cx;
+    }
+
+    private double[][] cInvTimes(double[][] x) {
+        double[][] out = new double[x.length][dIn];
+        for (int j = 0; j < x.length; j++) {
+            for (int i = 0; i < dIn; i++) {
+                double acc = 0;
+                int row = i * dIn;
+                for (int t = 0; t < dIn; t++) {
+                    acc += (double) cInv[row + t] * x[j][t];
+                }
+                out[j][i] = acc;
+            }
+        }
+        return out;
+    }
+
+    private static double dot(double[] a, double[] b) {
+        double acc = 0;
+        for (int i = 0; i < a.length; i++) {
+            acc += a[i] * b[i];
+        }
+        return acc;
     }
 
     /** C^-1 k [d_in]. */

@@ -136,6 +136,61 @@ public final class Journal {
     }
 
     /**
+     * The key "k" [d_in] recorded with an entry (mobiedit/journal.py load_key), after checking
+     * sha256, dtype, shape and values; null when the entry was recorded without one.
+     */
+    public float[] loadKey(JournalEntry e) {
+        String where = journalPath() + ", edit " + e.id;
+        Safetensors.Contents c;
+        try {
+            c = Safetensors.parse(factorsBytes(e), where + ", field 'factors'");
+        } catch (MobiEditError err) {
+            throw new MobiEditError("factors file is not valid safetensors (" + err.detail() + ")",
+                where + ", field 'factors'", RESTORE, err);
+        }
+        Tensor t = c.tensors.get("k");
+        if (t == null) {
+            return null;
+        }
+        long[] shape = t.shape();
+        float[] k = "F32".equals(t.dtype) && shape.length == 1 && shape[0] == e.dIn ? t.floats() : null;
+        if (k == null || !finite(k)) {
+            throw new MobiEditError("key 'k' is " + t.dtype + Arrays.toString(shape)
+                + " or non-finite, expected finite float32[" + e.dIn + "]", where + ", field 'k'", RESTORE);
+        }
+        return k;
+    }
+
+    /**
+     * [n_active][d_in] the keys recorded with the active edits, in id order (export/bundle.py
+     * Bundle.protected_keys): what the protecting write rules hold still. An active entry
+     * recorded without its key is refused by name.
+     */
+    public float[][] protectedKeys() {
+        List<JournalEntry> act = active();
+        float[][] out = new float[act.size()][];
+        for (int i = 0; i < out.length; i++) {
+            JournalEntry e = act.get(i);
+            out[i] = loadKey(e);
+            if (out[i] == null) {
+                throw new MobiEditError("edit " + e.id + " was recorded without its key, which the "
+                    + "bundle's write rule holds still", journalPath(), "undo edit " + e.id
+                    + ", or use a bundle exported with --update-rule rome or rows");
+            }
+        }
+        return out;
+    }
+
+    private static boolean finite(float[] v) {
+        for (float x : v) {
+            if (Float.isNaN(x) || Float.isInfinite(x)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
      * sha256 of {@code module}'s base weight: from the module's earlier entries, else
      * {@link TensorHash} of base.safetensors[module] (written by mobiedit export).
      */
@@ -168,25 +223,43 @@ public final class Journal {
     public JournalEntry record(EditRequest request, EditTarget target, float[] u, float[] w,
             Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
             String timestamp) {
+        return record(request, target, u, w, null, baseWeight, metrics, config, timestamp);
+    }
+
+    /**
+     * {@link #record} keeping the edit's key {@code key} [d_in] (null: none) in its factors file
+     * as "k" (mobiedit/journal.py record(key=)): the protecting write rules hold the active
+     * edits' keys still ({@link #protectedKeys}).
+     */
+    public JournalEntry record(EditRequest request, EditTarget target, float[] u, float[] w,
+            float[] key, Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
+            String timestamp) {
         JournalLock lock = JournalLock.acquire(folder, JournalLock.DEFAULT_TIMEOUT_MS);
         try {
             entries = open(folder).entries; // another writer may have changed it
-            return recordLocked(request, target, u, w, baseWeight, metrics, config, timestamp);
+            return recordLocked(request, target, u, w, key, baseWeight, metrics, config, timestamp);
         } finally {
             lock.release();
         }
     }
 
     private JournalEntry recordLocked(EditRequest request, EditTarget target, float[] u, float[] w,
-            Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
+            float[] key, Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
             String timestamp) {
         if (u.length != target.dOut || w.length != target.dIn) {
             throw new MobiEditError("factors u[" + u.length + "], w[" + w.length
                 + "] do not fit the module [" + target.dOut + "x" + target.dIn + "]",
                 "record(), argument 'u'/'w'", "u has the module's output size, w its input size");
         }
+        if (key != null && key.length != target.dIn) {
+            throw new MobiEditError("key[" + key.length + "] does not fit the module's input size "
+                + target.dIn, "record(), argument 'key'", "pass the edit's key k̄ [d_in]");
+        }
         checkFinite(u, "u");
         checkFinite(w, "w");
+        if (key != null) {
+            checkFinite(key, "key");
+        }
         JournalEntry prior = JournalEntry.firstOn(entries, target.module);
         if (prior != null && (prior.dOut != target.dOut || prior.dIn != target.dIn
                 || !prior.family.equals(target.family))) {
@@ -204,9 +277,12 @@ public final class Journal {
         Map<String, String> meta = new LinkedHashMap<String, String>();
         meta.put("edit_id", Long.toString(id));
         meta.put("module", target.module);
-        byte[] blob = Safetensors.write(Arrays.asList(
-            Tensor.f32("u", new long[] {u.length}, u), Tensor.f32("w", new long[] {w.length}, w)),
-            meta);
+        List<Tensor> tensors = new ArrayList<Tensor>(Arrays.asList(
+            Tensor.f32("u", new long[] {u.length}, u), Tensor.f32("w", new long[] {w.length}, w)));
+        if (key != null) {
+            tensors.add(Tensor.f32("k", new long[] {key.length}, key));
+        }
+        byte[] blob = Safetensors.write(tensors, meta);
         Map<String, Object> m = new LinkedHashMap<String, Object>();
         m.put("id", id);
         m.put("request", request.toJson());

@@ -142,12 +142,21 @@ public final class Manifest {
         public final String updateRule;
         /** "edit.update.rows_ridge": the rows rule's relative ridge of its Gram matrix. */
         public final double rowsRidge;
+        /**
+         * "edit.update.edited_weight" (default 1): the weight of the active edits' keys in the
+         * protecting rules' normal matrix C + weight K_p^T K_p.
+         */
+        public final double editedWeight;
 
         public static final String RULE_ROME = "rome";
         public static final String RULE_ROWS = "rows";
+        /** C^-1 k̄ with the active edits' keys held still. */
+        public static final String RULE_PROTECT = "protect";
+        /** "rows" with the active edits' keys held still. */
+        public static final String RULE_ROWS_PROTECT = "rows-protect";
         /** The rules a bundle can carry (mobiedit.editing.update.BUNDLE_UPDATE_RULES). */
-        public static final List<String> UPDATE_RULES =
-            Collections.unmodifiableList(java.util.Arrays.asList(RULE_ROME, RULE_ROWS));
+        public static final List<String> UPDATE_RULES = Collections.unmodifiableList(
+            java.util.Arrays.asList(RULE_ROME, RULE_ROWS, RULE_PROTECT, RULE_ROWS_PROTECT));
         public static final double DEFAULT_ROWS_RIDGE = 1e-2;
 
         public EditSetup(List<String> templates, Objective objective, boolean mom2, double ridge,
@@ -157,6 +166,12 @@ public final class Manifest {
 
         public EditSetup(List<String> templates, Objective objective, boolean mom2, double ridge,
                 boolean weightOutIn, String updateRule, double rowsRidge) {
+            this(templates, objective, mom2, ridge, weightOutIn, updateRule, rowsRidge, 1.0);
+        }
+
+        public EditSetup(List<String> templates, Objective objective, boolean mom2, double ridge,
+                boolean weightOutIn, String updateRule, double rowsRidge, double editedWeight) {
+            this.editedWeight = editedWeight;
             this.templates = Collections.unmodifiableList(new ArrayList<String>(templates));
             this.objective = objective;
             this.mom2 = mom2;
@@ -164,6 +179,11 @@ public final class Manifest {
             this.weightOutIn = weightOutIn;
             this.updateRule = updateRule;
             this.rowsRidge = rowsRidge;
+        }
+
+        /** Whether the write rule holds the active edits' keys still (they are journaled). */
+        public boolean protects() {
+            return RULE_PROTECT.equals(updateRule) || RULE_ROWS_PROTECT.equals(updateRule);
         }
     }
 

@@ -341,10 +341,11 @@ public final class ManifestReader {
         boolean outIn = bool(e, "weight_out_in", !"gpt2".equals(family), "edit.weight_out_in");
         String rule = Manifest.EditSetup.RULE_ROME;
         double rowsRidge = Manifest.EditSetup.DEFAULT_ROWS_RIDGE;
+        double editedWeight = 1.0;
         if (e.get("update") != null) { // optional: written since session 28
             Map<String, Object> u = objectField(e, "update", "edit.update");
             for (String key : u.keySet()) {
-                if (!"rule".equals(key) && !"rows_ridge".equals(key)) {
+                if (!"rule".equals(key) && !"rows_ridge".equals(key) && !"edited_weight".equals(key)) {
                     throw err("edit.update." + key, "unknown field", REEXPORT);
                 }
             }
@@ -356,8 +357,11 @@ public final class ManifestReader {
                 }
             }
             rowsRidge = number(u, "rows_ridge", rowsRidge, Double.MIN_VALUE, "edit.update.rows_ridge");
+            editedWeight = number(u, "edited_weight", editedWeight, Double.MIN_VALUE,
+                "edit.update.edited_weight");
         }
-        return new Manifest.EditSetup(templates, objective, mom2, ridge, outIn, rule, rowsRidge);
+        return new Manifest.EditSetup(templates, objective, mom2, ridge, outIn, rule, rowsRidge,
+            editedWeight);
     }
 
     private static int pos(Map<String, Object> o, String parent, String key, int hi) {

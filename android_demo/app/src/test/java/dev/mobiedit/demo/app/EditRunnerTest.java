@@ -40,6 +40,48 @@ class EditRunnerTest {
         return ManifestReader.parse(Json.write(m, true));
     }
 
+    /** {@link #manifest()} with edit.update.rule {@code rule}. */
+    static Manifest manifest(String rule) {
+        Map<String, Object> m = Fixtures.manifestMap();
+        @SuppressWarnings("unchecked")
+        Map<String, Object> files = (Map<String, Object>) m.get("files");
+        files.put("model.pte", Fixtures.map("sha256", String.join("", java.util.Collections.nCopies(64, "0")), "bytes", 1L));
+        @SuppressWarnings("unchecked")
+        Map<String, Object> edit = (Map<String, Object>) m.get("edit");
+        edit.put("update", Fixtures.map("rule", rule, "edited_weight", 4.0));
+        return ManifestReader.parse(Json.write(m, true));
+    }
+
+    @Test
+    void aProtectRuleSolvesWithTheGivenKeysJournalsTheKeyAndNeedsThem() throws Exception {
+        EditRequest req = EditRequest.fromForm("Danielle Darrieux", "The mother tongue of {} is", "English");
+        float[][] slots = {new float[2 * Fixtures.D_OUT], new float[2 * Fixtures.D_IN]};
+        KeyStats ks = KeyStats.identity(Fixtures.D_IN);
+        EditRunner r = new EditRunner(Fixtures.tokenizer(), manifest("protect"), new QuadraticPrograms(17), ks);
+        MobiEditError none = assertThrows(MobiEditError.class,
+            () -> r.run(req, TEMPLATES, slots, null, null, new AtomicBoolean()));
+        assertTrue(none.where().startsWith("edit.update.rule protect"), none.where());
+        float[][] prior = new float[2][Fixtures.D_IN];
+        prior[0][0] = 1f;
+        prior[1][1] = 2f;
+        r.setProtectedKeys(prior);
+        EditOutcome o = r.run(req, TEMPLATES, slots, null, null, new AtomicBoolean());
+        PrefixState st = QuadraticPrograms.state();
+        assertArrayEquals(st.kBar, o.key);
+        float[] c = ks.protectDirection(st.kBar, prior, 4.0);
+        double dot = 0;
+        for (int i = 0; i < c.length; i++) {
+            dot += (double) st.kCur[i] * c[i];
+        }
+        for (int i = 0; i < c.length; i++) {
+            assertEquals(c[i] / dot, o.w[i], 1e-6, "w[" + i + "]");
+        }
+        // with C = I: (I + 4 K_p^T K_p)^-1 shrinks the held coordinates (1/5 and 1/17)
+        assertEquals(st.kBar[0] / 5.0, c[0], 1e-5);
+        assertEquals(st.kBar[1] / 17.0, c[1], 1e-5);
+        assertEquals(st.kBar[2], c[2], 1e-6);
+    }
+
     static class Recorder implements EditRunner.Listener {
         String before;
         int prepared;

@@ -275,7 +275,16 @@ class ManifestReaderTest {
         assertEquals("rows", e.updateRule);
         assertEquals(0.5, e.rowsRidge);
         m = valid();
-        sub(m, "edit").put("update", Fixtures.map("rule", "protect"));
+        sub(m, "edit").put("update", Fixtures.map("rule", "rows-protect", "edited_weight", 2.5));
+        e = ManifestReader.parse(Json.write(m, true)).edit;
+        assertEquals("rows-protect", e.updateRule);
+        assertEquals(2.5, e.editedWeight);
+        assertTrue(e.protects());
+        m = valid();
+        sub(m, "edit").put("update", Fixtures.map("rule", "protect", "edited_weight", 0L));
+        refusedAt(m, "edit.update.edited_weight");
+        m = valid();
+        sub(m, "edit").put("update", Fixtures.map("rule", "nullspace"));
         refusedAt(m, "edit.update.rule");
         m = valid();
         sub(m, "edit").put("update", Fixtures.map("rule", "rows", "rows_ridge", 0L));
