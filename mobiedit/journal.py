@@ -154,14 +154,19 @@ class Journal:
                                where=f"{where}, field 'sha256'", fix=RESTORE)
         return data
 
-    def load_factors(self, entry: JournalEntry) -> tuple[torch.Tensor, torch.Tensor]:
-        """(u, w) of ``entry``, after checking the sha256 and the shapes [d_out] / [d_in]."""
-        where = f"{self.folder / JOURNAL_FILE}, edit {entry.id}"
+    def _factors(self, entry: JournalEntry, where: str) -> dict[str, torch.Tensor]:
+        """The tensors of ``entry``'s factors file (sha256 checked); JournalError naming ``where``."""
+        data = self._factors_bytes(entry)
         try:
-            tensors = st_load(self._factors_bytes(entry))
+            return st_load(data)
         except Exception as e:  # safetensors raises its own error types for malformed headers
             raise JournalError(f"factors file is not valid safetensors ({one_line(e)})",
                                where=f"{where}, field 'factors'", fix=RESTORE) from None
+
+    def load_factors(self, entry: JournalEntry) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, w) of ``entry``, after checking the sha256 and the shapes [d_out] / [d_in]."""
+        where = f"{self.folder / JOURNAL_FILE}, edit {entry.id}"
+        tensors = self._factors(entry, where)
         for key, size in (("u", entry.d_out), ("w", entry.d_in)):
             t = tensors.get(key)
             if t is None or t.dtype != torch.float32 or tuple(t.shape) != (size,):
@@ -177,12 +182,7 @@ class Journal:
         """The key ``k`` [d_in] recorded with ``entry`` (:meth:`record`'s ``key``), after checking the
         sha256, dtype, shape and values; None when the entry was recorded without one."""
         where = f"{self.folder / JOURNAL_FILE}, edit {entry.id}"
-        data = self._factors_bytes(entry)
-        try:
-            t = st_load(data).get("k")
-        except Exception as e:  # safetensors raises its own error types for malformed headers
-            raise JournalError(f"factors file is not valid safetensors ({one_line(e)})",
-                               where=f"{where}, field 'factors'", fix=RESTORE) from None
+        t = self._factors(entry, where).get("k")
         if t is None:
             return None
         if t.dtype != torch.float32 or tuple(t.shape) != (entry.d_in,) or not torch.isfinite(t).all():

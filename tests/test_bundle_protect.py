@@ -138,3 +138,14 @@ def test_an_entry_without_its_key_is_refused_by_a_protecting_bundle_and_a_bad_ke
         edit_bundle(b, REQUESTS[1:], _zo(b), force=True, clamp_ladder=())
     assert f"edit {entry.id} was recorded without its key" in e.value.message
     assert "undo" in e.value.fix
+
+
+def test_the_exporter_writes_edited_weight_for_the_protecting_rules_only():
+    from mobiedit.export.bundle import _update_section
+    from mobiedit.export.config import EditSetup, ExportConfig
+    from mobiedit.export.manifest_check import update_of
+
+    sec = _update_section(ExportConfig(edit=EditSetup(update_rule="rows-protect", edited_weight=3.0)))
+    assert sec == {"rule": "rows-protect", "rows_ridge": 1e-2, "edited_weight": 3.0}
+    assert update_of({"edit": {"update": sec}}) == ("rows-protect", 1e-2, 3.0)
+    assert _update_section(ExportConfig(edit=EditSetup(update_rule="rows"))) == {"rule": "rows", "rows_ridge": 1e-2}

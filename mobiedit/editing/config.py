@@ -89,7 +89,9 @@ class UpdateConfig:
       it too (manifest ``edit.update``, ``mobiedit export --update-rule rows``).
     * ``rows-protect`` — ``rows`` with ``protect``'s normal matrix ``C + edited_weight · K_p K_pᵀ``:
       exact at every template key of this edit, the least change to natural text's keys and to
-      the applied edits' keys (sequential editing, issue 16). Eager path only.
+      the applied edits' keys (sequential editing, issue 16). A bundle carries ``protect`` and
+      ``rows-protect`` too (manifest ``edit.update``, each edit's key journaled; the keys enter C
+      after its ridge there, :func:`mobiedit.editing.update.bundle_direction`).
     Either way ``w`` is normalised so that the plain prompt's key gets exactly ``v*`` (ROME's
     normalisation; AlphaEdit's own solve leaves the target short by ``α``). At another row's key
     ``k_i`` the written update adds ``δ·(wᵀk_i)``, not ``δ``: ``written_gain`` makes the value

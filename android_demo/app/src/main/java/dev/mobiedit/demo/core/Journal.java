@@ -112,13 +112,7 @@ public final class Journal {
     /** (u [d_out], w [d_in]) of an entry, after checking sha256, dtype and shapes. */
     public float[][] loadFactors(JournalEntry e) {
         String where = journalPath() + ", edit " + e.id;
-        Safetensors.Contents c;
-        try {
-            c = Safetensors.parse(factorsBytes(e), where + ", field 'factors'");
-        } catch (MobiEditError err) {
-            throw new MobiEditError("factors file is not valid safetensors (" + err.detail() + ")",
-                where + ", field 'factors'", RESTORE, err);
-        }
+        Safetensors.Contents c = parseFactors(e, where);
         String[] keys = {"u", "w"};
         int[] sizes = {e.dOut, e.dIn};
         float[][] out = new float[2][];
@@ -135,19 +129,23 @@ public final class Journal {
         return out;
     }
 
+    /** The parsed factors file of {@code e} (sha256 checked), errors naming {@code where}. */
+    private Safetensors.Contents parseFactors(JournalEntry e, String where) {
+        try {
+            return Safetensors.parse(factorsBytes(e), where + ", field 'factors'");
+        } catch (MobiEditError err) {
+            throw new MobiEditError("factors file is not valid safetensors (" + err.detail() + ")",
+                where + ", field 'factors'", RESTORE, err);
+        }
+    }
+
     /**
      * The key "k" [d_in] recorded with an entry (mobiedit/journal.py load_key), after checking
      * sha256, dtype, shape and values; null when the entry was recorded without one.
      */
     public float[] loadKey(JournalEntry e) {
         String where = journalPath() + ", edit " + e.id;
-        Safetensors.Contents c;
-        try {
-            c = Safetensors.parse(factorsBytes(e), where + ", field 'factors'");
-        } catch (MobiEditError err) {
-            throw new MobiEditError("factors file is not valid safetensors (" + err.detail() + ")",
-                where + ", field 'factors'", RESTORE, err);
-        }
+        Safetensors.Contents c = parseFactors(e, where);
         Tensor t = c.tensors.get("k");
         if (t == null) {
             return null;
