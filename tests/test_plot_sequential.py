@@ -24,3 +24,20 @@ def test_rows_of_two_files_make_one_png_and_a_file_that_is_not_one_is_named(tmp_
     with pytest.raises(SystemExit, match="bad.json: not a mobiedit sequential result file"):
         main([str(bad), "--out", str(tmp_path / "x.png")])
     assert not (tmp_path / "x.png").exists()
+
+
+def test_bundle_runs_side_by_side_make_one_png_and_bad_input_is_named(tmp_path):
+    from tools.plot_bundle_sequential import main
+
+    a = ROOT / "results/bundle_seq_rows/bundle_sequential_B.json"
+    b = ROOT / "results/bundle_seq_rows/bundle_sequential_R.json"
+    png = tmp_path / "rules.png"
+    assert main([str(a), str(b), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(tmp_path.glob("*.tmp*"))
+    with pytest.raises(SystemExit, match="--labels: 1 labels for 2 files"):
+        main([str(a), str(b), "--labels", "x", "--out", str(tmp_path / "y.png")])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"table": []}))
+    with pytest.raises(SystemExit, match="bad.json: not a bench-bundle-sequential result file"):
+        main([str(bad), "--out", str(tmp_path / "x.png")])
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "y.png").exists()
