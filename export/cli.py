@@ -42,9 +42,9 @@ def register(subparsers) -> None:
                                      "shipped one) | fzoo-grad (coordinate directions, steps sized by the "
                                      "whole gradient; docs/zo_spec.md §2)")
     sp.add_argument("--update-rule", choices=("rome", "rows", "protect", "rows-protect"),
-                    help="edit.update_rule: the write every host computes — rome (default, C^-1 k̄) | rows "
-                         "(exact at every rewrite row's key) | protect / rows-protect (those holding the "
-                         "active journal edits' keys still; docs/bundle_format.md)")
+                    help="edit.update_rule: the write every host computes — protect (default: C^-1 k̄ with the "
+                         "active journal edits' keys held still) | rome (C^-1 k̄) | rows (exact at every "
+                         "rewrite row's key) | rows-protect (rows, keys held still); docs/bundle_format.md")
     sp.set_defaults(fn=cmd_export)
 
     sp = subparsers.add_parser("run", help="generate from a bundle alone (active journal edits applied)")

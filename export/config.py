@@ -169,7 +169,8 @@ class EditSetup:
     stats_limit: use at most this many texts of the statistics corpus (0 = all).
     recipe: the search the bundle's hosts run, a name of :data:`mobiedit.recipes.BUNDLE_RECIPES`
     (``fzoo``, the shipped one; ``fzoo-grad``: coordinate directions sized by the whole gradient).
-    update_rule: the write every host computes (manifest ``edit.update``): ``rome`` (``C⁻¹k̄``),
+    update_rule: the write every host computes (manifest ``edit.update``): ``protect`` (the
+    default since session 34: ``rome`` with the active edits' keys held still), ``rome`` (``C⁻¹k̄``),
     ``rows`` (exact at every rewrite row's key, ``update.rule: rows`` of the eager path), with
     ``rows_ridge``, or ``protect`` / ``rows-protect`` — those with the active journal edits' keys held
     still (``C + edited_weight · K_pᵀK_p`` for ``C``; each bundle edit's key is journaled with it).
@@ -183,7 +184,7 @@ class EditSetup:
     ridge: float = 1e-4
     stats_limit: int = 0
     recipe: str = "fzoo"
-    update_rule: str = "rome"
+    update_rule: str = "protect"  # session 34: the bundle's 50-edit run (docs/reliability.md)
     rows_ridge: float = 1e-2
     edited_weight: float = 1.0
 

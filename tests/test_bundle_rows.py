@@ -26,7 +26,7 @@ def _bundle(base, tmp_path, update: dict | None):
     path = tmp_path / "bundle"
     shutil.copytree(base, path)
     m = json.loads((path / "manifest.json").read_text())
-    assert m["edit"]["update"] == {"rule": "rome", "rows_ridge": 0.01}  # the exporter's default
+    assert m["edit"]["update"] == {"rule": "protect", "rows_ridge": 0.01, "edited_weight": 1.0}  # the exporter's default
     if update is None:
         del m["edit"]["update"]
     else:

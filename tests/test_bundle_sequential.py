@@ -104,7 +104,7 @@ def test_three_edits_write_rows_leave_the_users_bundle_alone_and_undo_restores(u
             assert 0.0 <= row[key] <= 100.0, (key, row)
         assert row["retention_applied_acc"] == row["efficacy_acc"]  # every edit applied (--force)
     assert res["slots"] == 8 and res["n"] == 3 and res["probe"] == 3 and res["source_active_edits"] == 0
-    assert res["update"] == {"rule": "rome", "rows_ridge": 0.01, "edited_weight": 1.0}  # the bundle's write rule (manifest edit.update)
+    assert res["update"] == {"rule": "protect", "rows_ridge": 0.01, "edited_weight": 1.0}  # the bundle's write rule (manifest edit.update)
     assert res["undo"] == {"undone": 3, "slots_empty": True, "probe_passes": res["undo"]["probe_passes"],
                            "probe_logits_bit_exact": True, "edited_neighbours_unchanged": True,
                            "restores_unedited": True}
