@@ -9,6 +9,7 @@ import dev.mobiedit.demo.core.Generation;
 import dev.mobiedit.demo.core.Journal;
 import dev.mobiedit.demo.core.JournalEntry;
 import dev.mobiedit.demo.core.JournalGuard;
+import dev.mobiedit.demo.core.JournalKeys;
 import dev.mobiedit.demo.core.Manifest;
 import dev.mobiedit.demo.core.ManifestFields;
 import dev.mobiedit.demo.core.ManifestReader;
@@ -306,7 +307,7 @@ public final class BundleSession {
         EditRunner runner = new EditRunner(tok, manifest, runtime.edit(), keys);
         runner.setSuccess(SuccessCriterion.of(manifest.recipe));
         if (manifest.edit.protects()) {
-            runner.setProtectedKeys(journal.protectedKeys());
+            runner.setProtectedKeys(JournalKeys.active(journal));
         }
         return runner;
     }

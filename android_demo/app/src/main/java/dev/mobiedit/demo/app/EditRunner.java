@@ -263,7 +263,7 @@ public final class EditRunner {
     }
 
     /**
-     * The active edits' keys [n][d_in] (Journal.protectedKeys) that a "protect" / "rows-protect"
+     * The active edits' keys [n][d_in] (JournalKeys.active) that a "protect" / "rows-protect"
      * write rule holds still; the search computes the direction once per prefix state.
      */
     public void setProtectedKeys(float[][] prior) {
@@ -302,7 +302,7 @@ public final class EditRunner {
         float[][] prior = manifest.edit.protects() ? protectedKeys : null;
         if (manifest.edit.protects() && prior == null) {
             throw new MobiEditError("no applied edits' keys were given", "edit.update.rule " + ruleName,
-                "call EditRunner.setProtectedKeys(journal.protectedKeys()) before the search");
+                "call EditRunner.setProtectedKeys(JournalKeys.active(journal)) before the search");
         }
         if (Manifest.EditSetup.RULE_ROWS.equals(ruleName)
                 || Manifest.EditSetup.RULE_ROWS_PROTECT.equals(ruleName)) {

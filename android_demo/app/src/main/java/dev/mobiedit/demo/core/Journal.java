@@ -130,62 +130,13 @@ public final class Journal {
     }
 
     /** The parsed factors file of {@code e} (sha256 checked), errors naming {@code where}. */
-    private Safetensors.Contents parseFactors(JournalEntry e, String where) {
+    Safetensors.Contents parseFactors(JournalEntry e, String where) {
         try {
             return Safetensors.parse(factorsBytes(e), where + ", field 'factors'");
         } catch (MobiEditError err) {
             throw new MobiEditError("factors file is not valid safetensors (" + err.detail() + ")",
                 where + ", field 'factors'", RESTORE, err);
         }
-    }
-
-    /**
-     * The key "k" [d_in] recorded with an entry (mobiedit/journal.py load_key), after checking
-     * sha256, dtype, shape and values; null when the entry was recorded without one.
-     */
-    public float[] loadKey(JournalEntry e) {
-        String where = journalPath() + ", edit " + e.id;
-        Safetensors.Contents c = parseFactors(e, where);
-        Tensor t = c.tensors.get("k");
-        if (t == null) {
-            return null;
-        }
-        long[] shape = t.shape();
-        float[] k = "F32".equals(t.dtype) && shape.length == 1 && shape[0] == e.dIn ? t.floats() : null;
-        if (k == null || !finite(k)) {
-            throw new MobiEditError("key 'k' is " + t.dtype + Arrays.toString(shape)
-                + " or non-finite, expected finite float32[" + e.dIn + "]", where + ", field 'k'", RESTORE);
-        }
-        return k;
-    }
-
-    /**
-     * [n_active][d_in] the keys recorded with the active edits, in id order (export/bundle.py
-     * Bundle.protected_keys): what the protecting write rules hold still. An active entry
-     * recorded without its key is refused by name.
-     */
-    public float[][] protectedKeys() {
-        List<JournalEntry> act = active();
-        float[][] out = new float[act.size()][];
-        for (int i = 0; i < out.length; i++) {
-            JournalEntry e = act.get(i);
-            out[i] = loadKey(e);
-            if (out[i] == null) {
-                throw new MobiEditError("edit " + e.id + " was recorded without its key, which the "
-                    + "bundle's write rule holds still", journalPath(), "undo edit " + e.id
-                    + ", or use a bundle exported with --update-rule rome or rows");
-            }
-        }
-        return out;
-    }
-
-    private static boolean finite(float[] v) {
-        for (float x : v) {
-            if (Float.isNaN(x) || Float.isInfinite(x)) {
-                return false;
-            }
-        }
-        return true;
     }
 
     /**
@@ -227,7 +178,7 @@ public final class Journal {
     /**
      * {@link #record} keeping the edit's key {@code key} [d_in] (null: none) in its factors file
      * as "k" (mobiedit/journal.py record(key=)): the protecting write rules hold the active
-     * edits' keys still ({@link #protectedKeys}).
+     * edits' keys still ({@link JournalKeys#active}).
      */
     public JournalEntry record(EditRequest request, EditTarget target, float[] u, float[] w,
             float[] key, Tensor baseWeight, Map<String, Object> metrics, Map<String, Object> config,
@@ -416,7 +367,7 @@ public final class Journal {
         entries = next;
     }
 
-    private String journalPath() {
+    String journalPath() {
         return new File(folder, JOURNAL_FILE).getPath();
     }
 

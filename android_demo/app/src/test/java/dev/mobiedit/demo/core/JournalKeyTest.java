@@ -26,20 +26,20 @@ class JournalKeyTest {
             new float[4], new float[6], new float[5], null, null, null, "t"));
         assertEquals("record(), argument 'key'", bad.where());
         // py_journal's active edit 1 was written without a key: a protecting rule names it
-        MobiEditError old = assertThrows(MobiEditError.class, j::protectedKeys);
+        MobiEditError old = assertThrows(MobiEditError.class, () -> JournalKeys.active(j));
         assertTrue(old.getMessage().contains("edit 1 was recorded without its key"), old.getMessage());
-        assertNull(j.loadKey(j.entry(1)));
+        assertNull(JournalKeys.load(j, j.entry(1)));
         j.undo(1);
         JournalEntry e3 = j.record(req, JournalTest.TARGET, new float[] {1, 0, 0, 0}, new float[6], k3, null,
             null, null, "t");
         JournalEntry e4 = j.record(req, JournalTest.TARGET, new float[] {0, 1, 0, 0}, new float[6], k4, null,
             null, null, "t");
         Journal again = Journal.open(tmp.resolve("journal").toFile());
-        assertArrayEquals(k3, again.loadKey(again.entry(e3.id)));
-        float[][] keys = again.protectedKeys();
+        assertArrayEquals(k3, JournalKeys.load(again, again.entry(e3.id)));
+        float[][] keys = JournalKeys.active(again);
         assertEquals(2, keys.length);
         assertArrayEquals(k4, keys[1]);
         again.undo(e3.id);
-        assertArrayEquals(new float[][] {k4}, again.protectedKeys());
+        assertArrayEquals(new float[][] {k4}, JournalKeys.active(again));
     }
 }
