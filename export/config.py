@@ -6,11 +6,10 @@ exportable. Cross-section rules (scheme vs runtime) are checked by :class:`Expor
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 from mobiedit.errors import ConfigError
-from mobiedit.editing.config import ContextConfig, ObjectiveConfig, check_rows_ridge
+from mobiedit.editing.config import ContextConfig, ObjectiveConfig, check_edited_weight, check_rows_ridge
 from mobiedit.recipes import bundle_recipe
 
 RUNTIMES = ("executorch", "onnxruntime")
@@ -169,11 +168,11 @@ class EditSetup:
     stats_limit: use at most this many texts of the statistics corpus (0 = all).
     recipe: the search the bundle's hosts run, a name of :data:`mobiedit.recipes.BUNDLE_RECIPES`
     (``fzoo``, the shipped one; ``fzoo-grad``: coordinate directions sized by the whole gradient).
-    update_rule: the write every host computes (manifest ``edit.update``): ``protect`` (the
-    default since session 34: ``rome`` with the active edits' keys held still), ``rome`` (``C⁻¹k̄``),
-    ``rows`` (exact at every rewrite row's key, ``update.rule: rows`` of the eager path), with
-    ``rows_ridge``, or ``protect`` / ``rows-protect`` — those with the active journal edits' keys held
-    still (``C + edited_weight · K_pᵀK_p`` for ``C``; each bundle edit's key is journaled with it).
+    update_rule: the write every host computes (manifest ``edit.update``): ``rome`` (``C⁻¹k̄``),
+    ``rows`` (exact at every rewrite row's key, ``update.rule: rows`` of the eager path, with
+    ``rows_ridge``), or ``protect`` (the default since session 34) / ``rows-protect`` — those two with
+    the active journal edits' keys held still (``C + edited_weight · K_pᵀK_p`` for ``C``; each bundle
+    edit's key is journaled with it).
     """
 
     layer: int | None = None
@@ -196,10 +195,7 @@ class EditSetup:
                               fix=f"use one of {', '.join(BUNDLE_UPDATE_RULES)} (the eager path's nullspace "
                                   "needs a projector a bundle does not ship)")
         check_rows_ridge(self.rows_ridge, "ExportConfig.edit.rows_ridge")
-        ew = self.edited_weight
-        if isinstance(ew, bool) or not isinstance(ew, (int, float)) or not (math.isfinite(ew) and ew > 0):
-            raise ConfigError(f"edited_weight={ew!r} must be a finite number > 0", where="ExportConfig.edit.edited_weight",
-                              fix="e.g. 1 (each applied edit's key counts as one average token of C)")
+        check_edited_weight(self.edited_weight, "ExportConfig.edit.edited_weight")
         if self.layer is not None:
             _int("edit", "layer", self.layer, 0)
         _int("edit", "stats_limit", self.stats_limit, 0)

@@ -163,7 +163,7 @@ def _edit(m: dict, where: str) -> None:
     if not isinstance(ridge, (int, float)) or isinstance(ridge, bool) or not math.isfinite(ridge) or ridge < 0:
         _fail(where, "edit.ridge", "must be a finite number >= 0")
     if "update" in edit:  # optional: bundles exported before session 28 write ROME's direction
-        from mobiedit.editing.config import check_rows_ridge
+        from mobiedit.editing.config import check_edited_weight, check_rows_ridge
         from mobiedit.editing.update import BUNDLE_UPDATE_RULES
         from mobiedit.errors import ConfigError
 
@@ -177,10 +177,10 @@ def _edit(m: dict, where: str) -> None:
             check_rows_ridge(upd.get("rows_ridge", 1e-2), "edit.update.rows_ridge")
         except ConfigError as e:
             _fail(where, "edit.update.rows_ridge", e.message)
-        ew = upd.get("edited_weight", 1.0)
-        if isinstance(ew, bool) or not isinstance(ew, (int, float)) or not (math.isfinite(ew) and ew > 0):
-            _fail(where, "edit.update.edited_weight", "must be a finite number > 0 (the weight of the applied "
-                                                      "edits' keys in the protecting rules, e.g. 1)")
+        try:
+            check_edited_weight(upd.get("edited_weight", 1.0), "edit.update.edited_weight")
+        except ConfigError as e:
+            _fail(where, "edit.update.edited_weight", e.message)
 
 
 def validate_sections(m: dict, where: str) -> None:

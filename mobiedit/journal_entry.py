@@ -151,16 +151,15 @@ def record_args(request: EditRequest | dict, method: str, family: Family | str, 
                              fix="the model's weight is already non-finite; reload the original model")
     d_out, d_in = base_weight.shape if fam.weight_out_in else base_weight.shape[::-1]
     factors: dict[str, torch.Tensor] = {}
-    given = (("u", u, d_out), ("w", w, d_in)) + ((("k", key, d_in),) if key is not None else ())
-    for name, t, size in given:
+    given = (("u", "u", u, d_out), ("w", "w", w, d_in)) + ((("k", "key", key, d_in),) if key is not None else ())
+    for name, arg, t, size in given:  # name in the factors file, argument of record()
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (size,):
             got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise JournalError(f"must be a tensor of shape [{size}], got {got}",
-                               where=f"record(), argument '{'key' if name == 'k' else name}'",
-                               fix="u: [d_out], w and key: [d_in]")
+                               where=f"record(), argument '{arg}'", fix="u: [d_out], w and key: [d_in]")
         factors[name] = t.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
         if not torch.isfinite(factors[name]).all():
-            raise NumericalError("contains NaN/Inf", where=f"record(), argument '{'key' if name == 'k' else name}'",
+            raise NumericalError("contains NaN/Inf", where=f"record(), argument '{arg}'",
                                  fix="the edit diverged; nothing was recorded")
     req = request.to_dict() if isinstance(request, EditRequest) else request
     if not isinstance(req, dict):

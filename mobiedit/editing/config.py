@@ -65,6 +65,14 @@ def check_rows_ridge(value, where: str) -> None:
                           fix="e.g. 1e-2 (relative to the mean diagonal of KᵀC⁻¹K)")
 
 
+def check_edited_weight(value, where: str) -> None:
+    """The protecting rules' weight of the applied edits' keys (``update.edited_weight``, a bundle's
+    ``edit.update.edited_weight``): a finite number > 0; a ConfigError naming ``where`` otherwise."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"edited_weight={value!r} must be a finite number > 0", where=where,
+                          fix="e.g. 1 (each applied edit's key counts as one average token of the key statistics C)")
+
+
 @dataclass(frozen=True)
 class UpdateConfig:
     """How a found value becomes the rank-one weight change ``u wᵀ`` (both methods; the journal
@@ -142,9 +150,7 @@ class UpdateConfig:
         if not 0.0 < self.nullspace_threshold < 1.0:
             raise ConfigError(f"nullspace_threshold={self.nullspace_threshold} out of (0, 1)",
                               where="update.nullspace_threshold", fix="e.g. 1e-2 (relative to C's largest eigenvalue)")
-        if not self.edited_weight > 0:
-            raise ConfigError(f"edited_weight={self.edited_weight} must be > 0", where="update.edited_weight",
-                              fix="e.g. 1.0 (relative to the key statistics C)")
+        check_edited_weight(self.edited_weight, "update.edited_weight")
         check_rows_ridge(self.rows_ridge, "update.rows_ridge")
         if not self.alpha > 0:
             raise ConfigError(f"alpha={self.alpha} must be > 0", where="update.alpha", fix="e.g. 1.0")

@@ -56,21 +56,33 @@ public final class EditOutcome {
      * k̄ of the rewrite rows [d_in] (journaled with the edit: the protecting write rules hold
      * the active edits' keys still); null where not known.
      */
-    public float[] key;
+    public final float[] key;
 
     EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
             boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
             float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
             SuccessCriterion success, String stopOn, long writtenChecks, long writtenRefused) {
         this(request, status, succeeded, loopSucceeded, verified, steps, evals, history, delta, u,
-            w, wallMillis, config, success, stopOn, writtenChecks, writtenRefused, 0, Double.NaN);
+            w, wallMillis, config, success, stopOn, writtenChecks, writtenRefused, null);
+    }
+
+    /** The outcome of one search whose rewrite rows' mean key is {@code key} (null: not known). */
+    EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
+            boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
+            float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
+            SuccessCriterion success, String stopOn, long writtenChecks, long writtenRefused,
+            float[] key) {
+        this(request, status, succeeded, loopSucceeded, verified, steps, evals, history, delta, u,
+            w, wallMillis, config, success, stopOn, writtenChecks, writtenRefused, 0, Double.NaN,
+            key);
     }
 
     private EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
             boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
             float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
             SuccessCriterion success, String stopOn, long writtenChecks, long writtenRefused,
-            int ladderTries, double ladderClamp) {
+            int ladderTries, double ladderClamp, float[] key) {
+        this.key = key;
         this.request = request;
         this.status = status;
         this.succeeded = succeeded;
@@ -121,11 +133,9 @@ public final class EditOutcome {
             System.arraycopy(o.history, 0, history, at, o.history.length);
             at += o.history.length;
         }
-        EditOutcome out = new EditOutcome(last.request, last.status, last.succeeded,
-            last.loopSucceeded, last.verified, steps, evals, history, last.delta, last.u, last.w,
-            wall, last.config, last.success, last.stopOn, checks, refused, rungs.size(), clamp);
-        out.key = last.key;
-        return out;
+        return new EditOutcome(last.request, last.status, last.succeeded, last.loopSucceeded,
+            last.verified, steps, evals, history, last.delta, last.u, last.w, wall, last.config,
+            last.success, last.stopOn, checks, refused, rungs.size(), clamp, last.key);
     }
 
     /**

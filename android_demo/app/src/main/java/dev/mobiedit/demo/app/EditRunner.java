@@ -144,12 +144,9 @@ public final class EditRunner {
             float[][] f = reuse ? check.factors() : factors(st, delta);
             Boolean written = reuse ? check.verdict() : writtenHolds(pack, slots, f[0], f[1], rule);
             boolean ok = written != null ? written : loopOk;
-            EditOutcome out = new EditOutcome(req, status, ok, loopOk, written != null,
-                engine.steps(), obj.evals(), engine.history(), delta, f[0], f[1],
-                System.currentTimeMillis() - t0, cfg, rule, stopOn, obj.writtenChecks(),
-                obj.writtenRefused());
-            out.key = st.kBar;
-            return out;
+            return new EditOutcome(req, status, ok, loopOk, written != null, engine.steps(),
+                obj.evals(), engine.history(), delta, f[0], f[1], System.currentTimeMillis() - t0,
+                cfg, rule, stopOn, obj.writtenChecks(), obj.writtenRefused(), st.kBar);
         } finally {
             engine.close();
         }
@@ -300,7 +297,7 @@ public final class EditRunner {
         float[] c;
         String ruleName = manifest.edit.updateRule;
         float[][] prior = manifest.edit.protects() ? protectedKeys : null;
-        if (manifest.edit.protects() && prior == null) {
+        if (prior == null && manifest.edit.protects()) {
             throw new MobiEditError("no applied edits' keys were given", "edit.update.rule " + ruleName,
                 "call EditRunner.setProtectedKeys(JournalKeys.active(journal)) before the search");
         }
