@@ -38,7 +38,7 @@ from .models import load_model as _load_folder
 from .outputs import check_output_dir, mark_output, weights_bytes
 from .profile import copy_sidecars
 from .requests import EditRequest, load_requests
-from .resolve import edit_layer_for, load_method_config, model_dir, run_overrides
+from .resolve import check_config_layer, edit_layer_for, load_method_config, model_dir, run_overrides
 from .session import (EditRecord, MethodConfig, base_model_of, check_fits, edit_sequential, prepare, seed_edited_keys,
                       sequential_config)
 
@@ -80,6 +80,7 @@ def _config(method: str | None, config: Any, layer: int, seed: int, model_dir: P
     """``config`` (an instance, taken as given; a YAML path or None, over the model profile's
     settings) of ``method``, with this run's layer and seed."""
     if config is None or isinstance(config, (str, os.PathLike)):
+        check_config_layer(config, layer)
         cfg = load_method_config(method or "mobiedit", config, model_dir=model_dir)
     else:
         name = method_name(config)
@@ -107,7 +108,8 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
         method: a name in :data:`METHODS` (default ``mobiedit``, or the method of ``config``).
         config: a method config instance (taken as given), a YAML file merged over the method's
             defaults and the model profile's settings (``mobiedit tune``), or None (those two).
-            Its ``layer`` and its search seed are replaced, as ``mobiedit edit`` does.
+            Its search seed is replaced by ``seed``; a YAML file's ``layer`` must be the run's
+            (``layer``, else the profile's) or the call is refused, as ``mobiedit edit`` does.
         out: if given, a new folder receiving the edited model (HF safetensors + tokenizer), its
             sidecars and the edit journal (an earlier journal of the model folder continues there);
             written atomically, refused when it holds anything but an earlier edit output (unless
@@ -125,7 +127,8 @@ def edit(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | PathLi
         :class:`~mobiedit.methods.common.EditOutcome`, whether it was applied, and (``score``) its scores.
 
     Raises:
-        ConfigError: unknown method (``where="method"``) or config field, no edit layer, a refused ``out``.
+        ConfigError: unknown method (``where="method"``) or config field, a config file's ``layer``
+            that is not the run's, no edit layer, a refused ``out``.
         RequestError: a malformed request, or one longer than the model's positions.
         ModelLoadError, JournalError, NumericalError, FileSystemError: as named in their messages.
     """

@@ -66,6 +66,27 @@ def load_method_config(method: str, config_path: str | os.PathLike | None = None
     return merge(cfg, dict(overrides)) if overrides else cfg
 
 
+def check_config_layer(config_path: str | os.PathLike | None, layer: int) -> None:
+    """Refuse a YAML config whose ``layer`` is not the run's edit ``layer``: the run's layer
+    (``--layer``, else the model profile's) is applied over every config (:func:`run_overrides`),
+    and a config's own ``layer`` silently replaced would edit a layer the user did not ask for.
+
+    Raises:
+        ConfigError: naming the file's ``layer`` field and both fixes.
+    """
+    if not config_path:
+        return
+    from .config_io import read_yaml
+
+    raw = read_yaml(config_path)
+    set_layer = raw.get("layer") if isinstance(raw, Mapping) else None
+    if set_layer is not None and set_layer != layer:
+        raise ConfigError(f"the config sets layer {set_layer!r}, but this run edits layer {layer} "
+                          "(from --layer or the model profile)", where=f"{config_path}, field 'layer'",
+                          fix=f"pass the layer to the run (--layer {set_layer}; in Python layer={set_layer}) "
+                              "and drop 'layer' from the config")
+
+
 def run_overrides(cfg: Any, layer: int, seed: int) -> dict[str, Any]:
     """The overrides a run applies to a method config: the edit ``layer`` and, for a method with a
     search (a ``zo`` section), its ``seed``."""
@@ -79,6 +100,7 @@ def method_config(method: str, layer: int, config_path: str | None, seed: int,
     the defaults (:func:`load_method_config`), with ``layer`` and seed applied."""
     from .config_io import merge
 
+    check_config_layer(config_path, layer)
     cfg = load_method_config(method, config_path, model_dir=model_dir)
     return merge(cfg, run_overrides(cfg, layer, seed))
 

@@ -61,6 +61,28 @@ def test_a_bad_method_name_is_a_config_error_naming_the_field(small_fact_lm, req
     assert e.value.where == "method"
 
 
+def test_a_config_layer_that_is_not_the_runs_is_refused_by_name(small_fact_lm, request_0, tmp_path):
+    """A YAML ``layer`` was silently replaced by the profile's (session 35, by hand: ``layer: 3``
+    edited layer 1); now it is refused unless it is the run's layer, before anything is written."""
+    from mobiedit.profile import resolve_layer
+    from mobiedit.resolve import method_config
+
+    profile_layer = resolve_layer(small_fact_lm, None)
+    other = tmp_path / "other.yaml"
+    other.write_text(f"layer: {profile_layer + 1}\nsteps: 1\n")
+    with pytest.raises(ConfigError) as e:
+        api.edit(small_fact_lm, [request_0], method="rome", config=other, out=tmp_path / "o")
+    assert e.value.where == f"{other}, field 'layer'" and f"--layer {profile_layer + 1}" in e.value.fix
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(ConfigError):  # the sequential and bench rows' path too
+        method_config("rome", profile_layer, str(other), 0, small_fact_lm)
+    # the same layer given to the run, or the profile's layer in the file, is taken
+    assert method_config("rome", profile_layer + 1, str(other), 0, small_fact_lm).layer == profile_layer + 1
+    same = tmp_path / "same.yaml"
+    same.write_text(f"layer: {profile_layer}\n")
+    assert method_config("rome", profile_layer, str(same), 0, small_fact_lm).layer == profile_layer
+
+
 def test_load_method_config_merges_yaml_and_overrides(tmp_path):
     y = tmp_path / "c.yaml"
     y.write_text("zo:\n  lr: 0.3\n")
