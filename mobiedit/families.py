@@ -7,11 +7,14 @@ config, not a guess from the folder name).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 
-from .errors import ModelLoadError
+from .errors import ConfigError, ModelLoadError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,23 @@ def check_supported(config, family: Family, where: str) -> None:
 
 def n_layers(model: torch.nn.Module, family: Family) -> int:
     return int(getattr(model.config, family.n_layers_attr))
+
+
+def check_edit_layer(model: torch.nn.Module, family: Family, layers: tuple[int, ...]) -> None:
+    """Refuse an edit layer the model does not have (a ConfigError naming ``--layer`` and the
+    range, where the module lookup would only say a module is missing), and warn on the last layer:
+    its MLP output at the subject's last token reaches no later position, so no search there can
+    move the answer unless the subject ends the prompt."""
+    count = n_layers(model, family)
+    for layer in layers:
+        if not 0 <= layer < count:
+            raise ConfigError(f"edit layer {layer} is not a layer of this model ({count} layers, 0-{count - 1})",
+                              where="--layer (or the model profile's edit_layer)",
+                              fix=f"pass a layer in 0-{count - 1}; `mobiedit trace` suggests one")
+    if layers and layers[-1] == count - 1:
+        log.warning("edit layer %d is the model's last: its MLP output at the subject's last token reaches no "
+                    "later position, so an edit there moves no answer whose prompt goes on after the subject "
+                    "(`mobiedit trace` suggests a layer)", layers[-1])
 
 
 def hidden_size(model: torch.nn.Module, family: Family) -> int:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from .ability import AbilityProbe
 from .evaluate import RequestScores, pre_edit_snapshot, score_request
-from .families import get_module
+from .families import check_edit_layer, get_module
 from .journal import Journal
 from .ladder import climb, needs_ladder, sequential_ladder, warm_start
 from .stats_corpus import stats_corpus_for
@@ -53,6 +53,7 @@ def prepare(lm: LoadedModel, cfg: MethodConfig, seed: int, progress: bool = Fals
     with ``update.spread`` the layers below it too). A config that pages out the lower layers
     (:mod:`mobiedit.forward.stream`) does so here as well."""
     layers = written_layers(cfg.layer, cfg.update)
+    check_edit_layer(lm.model, lm.family, layers)
     mom2 = getattr(cfg, "mom2_adjustment", True)
     corpus = stats_corpus_for(lm) if mom2 else None
     with lower_layers_paged(lm, cfg):

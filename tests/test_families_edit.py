@@ -65,3 +65,22 @@ def test_tiny_checkpoint_loads_and_rome_edits_it(kind, tmp_path, cache_dir):
     assert torch.allclose(moved, res.u, rtol=1e-3, atol=1e-3 * float(res.u.norm())), (kind, moved[:4], res.u[:4])
     eff = score_request(lm.model, lm.tokenizer, req, None).efficacy_acc
     print(f"{kind}: efficacy {eff:.2f}, target NLL {nll_before:.2f} -> {_target_nll(lm, req):.2f}")
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_an_edit_layer_the_model_lacks_is_a_config_error_and_the_last_layer_warns(kind, tmp_path, caplog):
+    """``--layer 7`` on a 3-layer model used to fail deep in the module lookup ("module ... not
+    found — check the family row"); :func:`prepare` now names the layer and the range. The last
+    layer is allowed but warned on (its output at the subject reaches no later position)."""
+    from mobiedit.editing.config import UpdateConfig
+    from mobiedit.errors import ConfigError
+
+    _save(kind, tmp_path)
+    lm = load_model(tmp_path)
+    for bad in (ROMEConfig(layer=7), ROMEConfig(layer=3, update=UpdateConfig(spread=2))):
+        with pytest.raises(ConfigError) as e:
+            prepare(lm, bad, seed=0)
+        assert "0-2" in str(e.value) and e.value.where.startswith("--layer")
+    with caplog.at_level("WARNING", logger="mobiedit.families"):
+        prepare(lm, ROMEConfig(layer=2), seed=0)
+    assert "the model's last" in caplog.text
