@@ -149,7 +149,7 @@ def cmd_status(args) -> int:
 def register(sub) -> None:
     """Add ``sequential-status`` to the ``mobiedit`` subparsers ``sub``."""
     sp = sub.add_parser("sequential-status", help="where the rows of a `sequential --work` run stand (read-only)",
-                        description=__doc__.split("\n\n")[0])
+                        description=__doc__.split("\n\n")[0].replace("``", "`"))
     sp.add_argument("work", type=Path, metavar="WORK", help="the --work folder of a `mobiedit sequential` run")
     sp.add_argument("--json", action="store_true", help="the status as JSON")
     sp.set_defaults(fn=cmd_status)

@@ -52,7 +52,11 @@ def registrars() -> list[Callable[[Any], None]]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``mobiedit`` parser; each verb's parser carries ``fn`` (its run function)."""
-    p = argparse.ArgumentParser(prog="mobiedit", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="mobiedit", description="Edit what a language model knows, forward-only, on the desktop or in a "
+        "phone bundle: edit, undo, eval, trace, bench, sequential, export, run, demo.",
+        epilog="A bad input prints one line, `mobiedit: error: WHERE: WHAT — fix: HOW`, and exits 2. "
+               "`mobiedit demo` shows the whole flow; `mobiedit VERB --help` lists a verb's options.")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="cmd", required=True)
