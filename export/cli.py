@@ -22,7 +22,8 @@ def register(subparsers) -> None:
     sp.add_argument("--out", required=True, help="bundle folder to write (replaced atomically)")
     sp.add_argument("--overwrite", action="store_true",
                     help="replace a non-empty --out folder that is not a previous `mobiedit export` output")
-    sp.add_argument("--runtime", choices=("executorch", "onnxruntime"), default="executorch")
+    sp.add_argument("--runtime", choices=("executorch", "onnxruntime"), default="executorch",
+                    help="the phone runtime the programs are for")
     # every config flag defaults to None: only the flags given are merged over default_export_config
     sp.add_argument("--quant", help="fp32 | 8da8w | 8da4w (executorch) | qdq_a16w8 (onnxruntime); "
                                     "default 8da8w for executorch, qdq_a16w8 for onnxruntime")
@@ -48,9 +49,9 @@ def register(subparsers) -> None:
     sp.set_defaults(fn=cmd_export)
 
     sp = subparsers.add_parser("run", help="generate from a bundle alone (active journal edits applied)")
-    sp.add_argument("bundle")
-    sp.add_argument("--prompt", required=True)
-    sp.add_argument("--max-new-tokens", type=int, default=32)
+    sp.add_argument("bundle", help="the bundle folder (`mobiedit export --out`)")
+    sp.add_argument("--prompt", required=True, help="the text to continue (a question for a chat bundle)")
+    sp.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate")
     sp.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                     help="prompt through the bundle's chat template as a user turn (default: the bundle's "
                          "manifest chat.default, i.e. the model profile's chat_template)")
@@ -72,8 +73,8 @@ def register(subparsers) -> None:
     sp.set_defaults(fn=cmd_bench_bundle_sequential)
 
     sp = subparsers.add_parser("bundle-undo", help="undo one journaled edit of a bundle (same as `mobiedit undo`)")
-    sp.add_argument("bundle")
-    sp.add_argument("edit_id", type=int)
+    sp.add_argument("bundle", help="the bundle folder")
+    sp.add_argument("edit_id", type=int, help="the journal entry to undo (as `edit --bundle` printed it)")
     sp.set_defaults(fn=cmd_undo)
 
 

@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--model"); g.add_argument("--preset", default="default")
+    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
+    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--runtimes", default="executorch,onnxruntime")
     p.add_argument("--no-eager", action="store_true", help="skip the eager quantized row")

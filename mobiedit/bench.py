@@ -362,11 +362,13 @@ def cmd_bench(args) -> int:
 def register(sub) -> None:
     sp = sub.add_parser("bench", help="benchmark editing methods (JSON + PNG)")
     g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model"); g.add_argument("--preset", default="default")
+    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
+    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
     sp.add_argument("--requests", help="request file (default: the model profile's `requests`, the facts it knows; else bundled CounterFact 1k)")
     sp.add_argument("--n", type=int, default=200, help="requests per row")
     sp.add_argument("--rows", default="rome", help=f"comma-separated rows (NAME or NAME:N requests) from {sorted(ROWS)}")
-    sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's)")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the context templates and the searches")
     sp.add_argument("--layers", help="comma-separated layers: run every row at each (a layer sweep)")
     sp.add_argument("--offset", type=int, default=0,
                     help="skip the first N requests of the file (a tuning sweep runs on other requests than a report)")
@@ -378,7 +380,7 @@ def register(sub) -> None:
                          "--offset M), whose requests must not overlap this run's")
     sp.add_argument("--jobs", type=int, default=1,
                     help="rows run at once, each a one-thread child (default 1; rows' s/edit then share the box)")
-    sp.add_argument("--out", default="runs/bench")
+    sp.add_argument("--out", default="runs/bench", help="folder for bench.json, bench.png and the row logs")
     sp.add_argument("--no-ability", action="store_true",
                     help="skip fluency and held-out perplexity before/after each edit (faster)")
     sp.set_defaults(fn=cmd_bench)

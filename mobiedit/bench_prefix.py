@@ -139,8 +139,10 @@ def _model_args(sub, name: str, help_: str):
     """A subcommand over one model's edit graph on the first ``--n`` bundled requests."""
     sp = sub.add_parser(name, help=help_)
     g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model"); g.add_argument("--preset", default="default")
-    sp.add_argument("--layer", type=int); sp.add_argument("--n", type=int, default=5, help="requests (median taken)")
+    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
+    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
+    sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's)")
+    sp.add_argument("--n", type=int, default=5, help="requests (median taken)")
     sp.add_argument("--out", help="JSON output file")
     return sp
 
@@ -219,5 +221,5 @@ def register_quant(sub) -> None:
     sp = _model_args(sub, "bench-quant", "perturbation signal kept by quantized edit graphs (centered correlation)")
     sp.add_argument("--K", type=int, default=32, help="perturbations per request")
     sp.add_argument("--h", default="0.001,0.05,0.5", help="perturbation sizes, units of ||v_init||/sqrt(d)")
-    sp.add_argument("--schemes", default="w8a16,w8a8")
+    sp.add_argument("--schemes", default="w8a16,w8a8", help="comma-separated quantization schemes to compare")
     sp.set_defaults(fn=cmd_bench_quant)

@@ -292,7 +292,8 @@ def cmd_bench_shape(args) -> int:
 def register(sub) -> None:
     sp = sub.add_parser("bench-shape", help="time and peak memory of one edit at a real model's shape")
     sp.add_argument("--shape", default="qwen2-0.5b", help=f"one of {sorted(SHAPES)}")
-    sp.add_argument("--layer", type=int, default=5); sp.add_argument("--steps", type=int, default=10)
+    sp.add_argument("--layer", type=int, default=5, help="edit layer")
+    sp.add_argument("--steps", type=int, default=10, help="search steps timed (a random model has no success)")
     sp.add_argument("--prefix-k", type=int, default=4,
                     help="deltas per timed prefix/full graph call (0 skips the prefix measurement)")
     sp.add_argument("--prefix-reps", type=int, default=2, help="timed calls per graph (median)")

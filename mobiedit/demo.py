@@ -184,7 +184,8 @@ def register(sub) -> None:
     g.add_argument("--preset", help="a fact LM preset instead (e.g. default)")
     sp.add_argument("--case", type=int, help="case_id of a bundled CounterFact record (default: the Eiffel Tower "
                                               f"edit on a real model, case {DEMO_CASE} on the fact LM)")
-    sp.add_argument("--layer", type=int); sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's)")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the context templates and the search")
     sp.add_argument("--tokens", type=int, default=5, help="greedy tokens shown per completion")
     sp.add_argument("--runtime", default="onnxruntime", choices=("onnxruntime", "executorch"),
                     help="the phone bundle's runtime (ExecuTorch's XNNPACK lowering of a 135M model takes hours here)")

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                   f"or NAME=METHOD[:CONFIG.yaml] (default {DEFAULT_ROWS})")
     p.add_argument("--method", choices=("rome", "mobiedit"), help="one row of this method (instead of --rows)")
     p.add_argument("--config", help="with --method: a YAML method config merged over the method's defaults")
-    p.add_argument("--layer", type=int)
+    p.add_argument("--layer", type=int, help="edit layer (default: the model profile's)")
     p.add_argument("--checkpoints", type=int, nargs="*", default=list(DEFAULT_CHECKPOINTS),
                    help="edit counts to score at (capped at --n, which is always one)")
     p.add_argument("--requests", help="request file (default: the model profile's `requests`, the facts it knows; else bundled CounterFact 1k)")
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", type=int, default=20, help="never-edited requests for the drift probe")
     p.add_argument("--ppl-tokens", type=int, default=2048,
                    help="held-out text tokens for the perplexity (256-token windows; 0: no perplexity)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the context templates and the searches")
     p.add_argument("--out", help="folder for sequential.json and sequential.png (a path ending in .json: that "
                                  "file, the PNG beside it); rows already there with the same identity are reused")
     p.add_argument("--work", type=Path, help="keep each row's journal in WORK/ROW/journal and its resume state in "

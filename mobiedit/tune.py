@@ -250,7 +250,8 @@ def register(sub) -> None:
     sp = sub.add_parser("tune", help="choose a model's edit layer, objective and success settings on requests it knows "
                                      "(writes the profile with --write-profile)")
     g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model"); g.add_argument("--preset", default="default")
+    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
+    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
     sp.add_argument("--requests", help="requests the model knows (default: the model profile's `requests`; else bundled CounterFact 1k)")
     sp.add_argument("--n", type=int, default=16, help="tuning requests per candidate")
     sp.add_argument("--offset", type=int, help="first tuning request (default: the file's last n, apart from a bench's)")
@@ -260,7 +261,7 @@ def register(sub) -> None:
     sp.add_argument("--grid", action="append", metavar="KEY=V1,V2",
                     help="a setting and its values, KEY under objective., context. or success.; repeatable "
                          f"(default: {' '.join(DEFAULT_GRID)})")
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--out", default="runs/tune")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the context templates and the searches")
+    sp.add_argument("--out", default="runs/tune", help="folder for the sweep's JSON and PNG")
     sp.add_argument("--write-profile", action="store_true", help="write the chosen settings into the model's profile")
     sp.set_defaults(fn=cmd_tune)

@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=cmd.run)
     for register in registrars():
         register(sub)
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, sp in sub.choices.items():  # `mobiedit VERB --help` opens with what the verb does
+        if not sp.description:
+            sp.description = helps.get(name)
     return p
 
 

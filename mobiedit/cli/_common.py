@@ -36,6 +36,8 @@ def request_args(sp: argparse.ArgumentParser) -> None:
     """``--requests FILE`` or one ad-hoc ``--subject/--prompt/--target`` request, and the
     ``--limit/--offset`` slice (read by :func:`mobiedit.resolve.load_cli_requests`)."""
     sp.add_argument("--requests", help="request file (CounterFact ROME/flat form or zsRE; JSON or JSON Lines)")
-    sp.add_argument("--subject"); sp.add_argument("--prompt"); sp.add_argument("--target")
+    sp.add_argument("--subject", help="one request on the command line: the subject, e.g. \"Danielle Darrieux\"")
+    sp.add_argument("--prompt", help="its prompt with {} where the subject goes, e.g. \"{}'s mother tongue is\"")
+    sp.add_argument("--target", help="the new answer, e.g. \"English\"")
     sp.add_argument("--limit", type=int, default=0, help="use the first N requests (after --offset)")
-    sp.add_argument("--offset", type=int, default=0)
+    sp.add_argument("--offset", type=int, default=0, help="skip the first N requests of the file")

@@ -15,9 +15,11 @@ METHOD_NAMES = ("rome", "mobiedit")
 
 def add_edit(sp: argparse.ArgumentParser) -> None:
     model_args(sp); request_args(sp)
-    sp.add_argument("--method", choices=METHOD_NAMES, default="mobiedit")
-    sp.add_argument("--config", help="YAML method config"); sp.add_argument("--layer", type=int)
-    sp.add_argument("--out")
+    sp.add_argument("--method", choices=METHOD_NAMES, default="mobiedit",
+                    help="mobiedit: forward-only value search (default); rome: backprop (the baseline)")
+    sp.add_argument("--config", help="YAML method config (a partial config over the defaults and the model profile)")
+    sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's, from `mobiedit trace`)")
+    sp.add_argument("--out", help="new folder for the edited model (HF safetensors, tokenizer, edit journal)")
     sp.add_argument("--seed", type=int, default=None,
                     help="search seed (default 0; with --bundle: the seed of the bundle's recipe)")
     sp.add_argument("--force", action="store_true", help="apply edits that missed their success criterion")

@@ -25,7 +25,8 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def add_pretrain(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--preset", default="default"); sp.add_argument("--force", action="store_true")
+    sp.add_argument("--preset", default="default", help="fact LM preset (small|default|wide)")
+    sp.add_argument("--force", action="store_true", help="train again even when a cached model exists")
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:

@@ -11,7 +11,8 @@ def add_quantize(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--out", required=True, help="folder to write (replaced atomically)")
     sp.add_argument("--overwrite", action="store_true",
                     help="replace a non-empty --out folder that is not a previous `mobiedit quantize` output")
-    sp.add_argument("--scheme", default="w8a16", choices=("w8a16", "w8a8"))
+    sp.add_argument("--scheme", default="w8a16", choices=("w8a16", "w8a8"),
+                    help="int8 weights with 16-bit (w8a16) or int8 (w8a8) activations")
     sp.add_argument("--layer", type=int, help="the edit layer whose MLP output stays float")
     sp.add_argument("--head-dtype", default="bfloat16", choices=("bfloat16", "float32"),
                     help="storage of the LM head and embedding (computed in fp32 either way); bfloat16 halves "

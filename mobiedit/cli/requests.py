@@ -7,7 +7,7 @@ from ._common import Command, model_args
 
 
 def add_requests(sp: argparse.ArgumentParser) -> None:
-    rsub = sp.add_subparsers(dest="requests_cmd", required=True)
+    rsub = sp.add_subparsers(dest="requests_cmd", required=True, help="the tool to run")
     sp = rsub.add_parser("known", help="keep the requests whose true answer the model produces greedily")
     model_args(sp, preset=False)
     sp.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE", help="request files")
@@ -15,7 +15,7 @@ def add_requests(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--limit", type=int, default=0, help="scan the first N records of each file (0: all)")
     sp.add_argument("--rule", choices=("whole", "first-token"), default="whole",
                     help="keep when the whole answer (default) or only its first token is produced")
-    sp.add_argument("--batch-size", type=int, default=16)
+    sp.add_argument("--batch-size", type=int, default=16, help="prompts per forward")
     sp.set_defaults(fn=cmd_requests_known)
 
 

@@ -23,7 +23,7 @@ def add_trace(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--noise", type=float, default=3.0, help="subject noise std, in units of the embedding std")
     sp.add_argument("--window", type=int, help="layers restored together for the MLP/attention rows "
                     "(default: ROME's 10, or a third of the depth on shallower models)")
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=int, default=0, help="seed of the corruption noise")
     sp.add_argument("--out", default="runs/trace", help="folder for trace.json and trace.png")
 
 
