@@ -242,8 +242,8 @@ def bundle_edit(args) -> int:
     from .recipe import recipe_of
 
     torch.set_num_threads(1)
-    bundle = load_bundle(args.bundle)
     reqs = load_cli_requests(args)
+    bundle = load_bundle(args.bundle)
     recipe = recipe_of(bundle.manifest)
     seed = getattr(args, "seed", None)
     zo = recipe.zo if seed is None else dataclasses.replace(recipe.zo, seed=seed)

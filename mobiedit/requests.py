@@ -153,11 +153,11 @@ def requests_from_cli(subject: str, prompt: str, target_new: str,
     ``prompt`` is either a template with one ``{}`` or a plain prompt containing the subject.
     Errors name the command-line option.
     """
-    values = {"--subject": subject, "--prompt": prompt, "--target-new": target_new}
+    values = {"--subject": subject, "--prompt": prompt, "--target": target_new}
     for opt, val in values.items():
         if not isinstance(val, str) or not val.strip():
-            raise RequestError(f"must be non-empty text, got {val!r}", where=f"command line, {opt}",
-                               fix=f"pass {opt} \"...\"")
+            raise RequestError("is missing" if val is None else f"must be non-empty text, got {val!r}",
+                               where=f"command line, {opt}", fix=f"pass {opt} \"...\"")
     if target_true is not None and not (isinstance(target_true, str) and target_true.strip()):
         raise RequestError(f"must be non-empty text, got {target_true!r}",
                            where="command line, --target-true", fix="pass text or omit the option")

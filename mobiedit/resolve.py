@@ -143,11 +143,23 @@ def load_cli_requests(args):
     ``--offset`` / ``--limit``."""
     from .requests import load_requests, requests_from_cli
 
+    for flag, value in (("--offset", args.offset), ("--limit", args.limit)):
+        if value < 0:
+            raise ConfigError(f"{flag} is {value}", where=flag, fix=f"pass {flag} 0 or more")
+    one = {f: v for f, v in (("--subject", args.subject), ("--prompt", args.prompt), ("--target", args.target))
+           if v is not None}
+    if args.requests and one:
+        raise ConfigError(f"both --requests and {', '.join(one)} given", where="--requests",
+                          fix="pass a request file, or one request as --subject S --prompt P --target T, not both")
     if args.requests:
         reqs = load_requests(args.requests)
-    elif args.subject and args.prompt and args.target:
+    elif one:  # a missing or empty part of the one request is named (RequestError)
         reqs = requests_from_cli(args.subject, args.prompt, args.target, getattr(args, "target_true", None))
     else:
         raise ConfigError("no edit requests given", where="--requests",
                           fix="pass --requests FILE, or --subject S --prompt P --target T")
-    return reqs[args.offset: args.offset + args.limit] if args.limit else reqs[args.offset:]
+    picked = reqs[args.offset: args.offset + args.limit] if args.limit else reqs[args.offset:]
+    if not picked:
+        raise ConfigError(f"--offset {args.offset} is past the last of the {len(reqs)} request(s)", where="--offset",
+                          fix=f"pass --offset below {len(reqs)}")
+    return picked

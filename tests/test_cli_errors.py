@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "mobiedit.cli", "--quiet", *args], capture_output=True, text=True,
@@ -81,3 +83,28 @@ def test_every_verb_says_what_it_does_and_every_option_has_help():
     assert {k: v for k, v in bare.items() if v} == {}
     assert [name for name, sp in sub.choices.items() if not sp.description] == []
     assert "edit" in sub.choices and "bench-bundle-sequential" in sub.choices  # the export verbs are in
+
+
+@pytest.mark.parametrize("given,where,words", [
+    (dict(prompt="{} is in", target="Rome"), "command line, --subject", "is missing"),
+    (dict(subject="Paris", prompt="{} is in", target=""), "command line, --target", "non-empty"),
+    (dict(subject="Paris", prompt="{} is in", target="Rome", limit=-3), "--limit", "-3"),
+    (dict(subject="Paris", prompt="{} is in", target="Rome", offset=-1), "--offset", "-1"),
+    (dict(subject="Paris", prompt="{} is in", target="Rome", offset=1), "--offset", "past the last of the 1"),
+    (dict(requests="r.json", subject="Paris"), "--requests", "both --requests and --subject"),
+    (dict(), "--requests", "no edit requests"),
+])
+def test_command_line_requests_name_what_is_wrong(given, where, words):
+    """Session 35, tried by hand: a prompt and target without --subject, an empty --target and a
+    negative --limit all said "no edit requests given"; --offset -1 was taken silently; a file
+    and --subject together dropped the --subject. Each is now named, before any model work."""
+    import argparse
+
+    from mobiedit.errors import MobiEditError
+    from mobiedit.resolve import load_cli_requests
+
+    args = argparse.Namespace(**{**dict(requests=None, subject=None, prompt=None, target=None, limit=0, offset=0),
+                                 **given})
+    with pytest.raises(MobiEditError) as e:
+        load_cli_requests(args)
+    assert e.value.where == where and words in str(e.value)

@@ -240,7 +240,8 @@ def test_requests_from_cli_forms():
 @pytest.mark.parametrize("args,option", [
     (("", "x {}", "t"), "--subject"),
     (("S", "  ", "t"), "--prompt"),
-    (("S", "x {}", " "), "--target-new"),
+    (("S", "x {}", " "), "--target"),
+    ((None, "x {}", "t"), "--subject"),  # a CLI request without --subject
     (("S", "no subject here", "t"), "--prompt"),
     (("S", "{} and {}", "t"), "--prompt"),
     (("S", "x {}", "t", " "), "--target-true"),

@@ -71,8 +71,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from ..resolve import load_cli_requests, resolve_model
 
     torch.set_num_threads(1)
+    reqs = load_cli_requests(args)  # a bad request is named before any model work (training the fact LM)
     model_dir = resolve_model(args)
-    reqs = load_cli_requests(args)
     records = api.edit(model_dir, reqs, args.method, args.config, args.out, layer=args.layer, seed=args.seed,
                        force=args.force, overwrite=args.overwrite, inputs=(args.requests,), score=True,
                        progress=not args.quiet, batch=args.batch)

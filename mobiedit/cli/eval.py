@@ -22,8 +22,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     check_output_file(args.json, "--json")
+    reqs = load_cli_requests(args)  # named before any model work
     model_dir = resolve_model(args)
-    reqs = load_cli_requests(args)
     ev = api.evaluate(model_dir, reqs)
     print(format_table(ev.aggregate, title=f"{model_dir} (locality vs "
                                            f"{'pre-edit model' if ev.against_pre_edit else 'answers'})"))
