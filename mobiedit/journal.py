@@ -138,8 +138,10 @@ class Journal:
         for e in self._entries:
             if e.id == edit_id:
                 return e
-        raise JournalError(f"no edit {edit_id!r}", where=str(self.folder / JOURNAL_FILE),
-                           fix=f"use one of the ids {[e.id for e in self._entries]}")
+        ids = [e.id for e in self._entries]
+        raise JournalError(f"no edit {edit_id!r}" + ("" if ids else " (the journal has no edits)"),
+                           where=str(self.folder / JOURNAL_FILE),
+                           fix=f"use one of the ids {ids}" if ids else "edit first; there is nothing to undo")
 
     def _factors_bytes(self, entry: JournalEntry) -> bytes:
         path = self.folder / entry.factors
