@@ -8,6 +8,8 @@ one gate all three pass before any long work:
 * ``--out`` a symbolic link, or an existing file → refused;
 * ``--out`` equal to, or a parent of, any input (model folder, request file, config, bundle) →
   refused, with or without ``--overwrite``;
+* a bundle whose edit journal holds records is not replaced without ``overwrite`` (its edits were
+  made in place after the export and exist nowhere else);
 * a non-empty folder is replaced only when it is a previous output of the *same* command — it holds
   the marker :data:`MARKER` (``{"kind": "edit" | "quantize" | "bundle"}``, written by
   :func:`mark_output` into every output), or, for folders written before the marker existed, the
@@ -167,8 +169,22 @@ def check_output_dir(out: str | os.PathLike, kind: str, inputs: Iterable[str | o
             raise ConfigError(f"folder is not empty and is {what}; it would be replaced", where=where,
                               fix=f"choose a new or empty folder, or pass --overwrite to replace it "
                                   f"(everything in it is deleted)")
+        if non_empty and found == "bundle" and kind == "bundle" and not overwrite and _journaled(out):
+            raise ConfigError("is a bundle whose journal holds edits (made with `edit --bundle` or the app, "
+                              "kept nowhere else); a new export would delete them", where=where,
+                              fix="export to a new folder, or pass --overwrite to replace it and lose those edits")
     check_writable(out.parent, flag, need_bytes)
     return out
+
+
+def _journaled(bundle: Path) -> bool:
+    """Whether ``bundle``'s edit journal has any record (a bundle is edited in place after export,
+    so its journal is the only copy of those edits)."""
+    try:
+        with open(bundle / "journal" / "journal.jsonl", "rb") as f:
+            return any(line.strip() for line in f)
+    except OSError:
+        return False
 
 
 def weights_bytes(model_dir: str | os.PathLike) -> int:

@@ -116,6 +116,23 @@ def test_one_gate_markers_and_overwrite(tmp_path):
         check_output_dir(tmp_path / "new" / "deep", kind, [inp])
 
 
+def test_a_bundle_whose_journal_holds_edits_is_not_replaced_without_overwrite(tmp_path):
+    """A bundle is edited in place after export, so its journal is the only copy of those edits:
+    exporting over it (allowed for a fresh bundle) needs --overwrite once it holds any (session 35)."""
+    inp = tmp_path / "model"
+    inp.mkdir()
+    out = tmp_path / "bundle"
+    (out / "journal").mkdir(parents=True)
+    mark_output(out, "bundle")
+    (out / "journal" / "journal.jsonl").write_text("")
+    assert check_output_dir(out, "bundle", [inp]) == out  # exported, never edited
+    (out / "journal" / "journal.jsonl").write_text('{"id": 1}\n')
+    with pytest.raises(ConfigError) as e:
+        check_output_dir(out, "bundle", [inp])
+    assert "journal holds edits" in str(e.value) and "--overwrite" in e.value.fix
+    assert check_output_dir(out, "bundle", [inp], overwrite=True) == out
+
+
 def test_quantize_and_export_use_the_same_gate_before_any_work(tmp_path, tiny_llama_dir, monkeypatch):
     from mobiedit.export import bundle as B
     from mobiedit.forward.quant import QuantConfig
