@@ -306,18 +306,21 @@ def _fluency(q: dict) -> str:
 
 def cmd_bench(args) -> int:
     from .atomic import atomic_write_text
-    from .resolve import edit_layer_for, request_file, resolve_model
+    from .resolve import edit_layer_for, layer_list, request_file, resolve_model
 
+    if args.offset < 0:
+        raise ConfigError(f"--offset must be >= 0, got {args.offset}", where="--offset", fix="e.g. --offset 800")
+    if args.n < 1:
+        raise ConfigError(f"--n must be >= 1, got {args.n}", where="--n", fix="e.g. --n 200")
+    swept = layer_list(args.layers)
+    sets = parse_sets(args.set)
+    rows = parse_rows(args.rows, args.n, sets)  # every argument checked before any model work or output
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
     req_file = request_file(args.requests, model_dir)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    layers = [int(x) for x in args.layers.split(",")] if args.layers else [layer]
-    if args.offset < 0:
-        raise ConfigError(f"--offset must be >= 0, got {args.offset}", where="--offset", fix="e.g. --offset 800")
-    sets = parse_sets(args.set)
-    rows = parse_rows(args.rows, args.n, sets)
+    layers = swept or [layer]
     case_ids = [r.case_id for r in request_slice(req_file, max(r.n for r in rows), args.offset)]
     rows, sweep = tune_rows(rows, args.tuned_from, case_ids)
     from .digest import files_sha256

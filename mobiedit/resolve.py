@@ -43,6 +43,20 @@ def edit_layer_for(model_dir: Path, override: int | None) -> int:
     return resolve_layer(model_dir, override)
 
 
+def layer_list(text: str | None, flag: str = "--layers") -> list[int]:
+    """``"3,4,5"`` as ``[3, 4, 5]`` (None or empty: ``[]``); a ConfigError naming ``flag`` for
+    anything but comma-separated layers >= 0."""
+    if not text:
+        return []
+    try:
+        layers = [int(x) for x in text.split(",")]
+    except ValueError:
+        layers = [-1]
+    if any(x < 0 for x in layers):
+        raise ConfigError(f"bad layer list {text!r}", where=flag, fix=f"e.g. {flag} 3,4,5 (layers >= 0)")
+    return layers
+
+
 def load_method_config(method: str, config_path: str | os.PathLike | None = None,
                        overrides: Mapping[str, Any] | None = None,
                        model_dir: str | os.PathLike | None = None) -> Any:

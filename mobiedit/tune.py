@@ -200,7 +200,7 @@ def cmd_tune(args) -> int:
     from .digest import files_sha256
     from .profile import read_profile, write_profile
     from .requests import load_requests
-    from .resolve import edit_layer_for, request_file, resolve_model
+    from .resolve import edit_layer_for, layer_list, request_file, resolve_model
 
     if args.method not in ROWS:
         raise ConfigError(f"unknown bench row {args.method!r}", where="--method", fix=f"use one of {sorted(ROWS)}")
@@ -210,11 +210,8 @@ def cmd_tune(args) -> int:
     if ROWS[args.method][0] == "rome" and any(k == "success.nll" for k, _ in grid):
         raise ConfigError("success.nll is the forward-only search's stop margin; ROME's search stops on its loss",
                           where="--grid", fix="tune the margin with a MobiEdit row, e.g. --method fzoo-stopw")
+    layers = layer_list(args.layers)
     model_dir = resolve_model(args)
-    try:
-        layers = [int(x) for x in args.layers.split(",")] if args.layers else []
-    except ValueError:
-        raise ConfigError(f"bad layer list {args.layers!r}", where="--layers", fix="e.g. --layers 3,4,5") from None
     # the current settings' layer: the profile's; without a profile, the first of --layers
     layer = edit_layer_for(model_dir, layers[0] if layers and read_profile(model_dir) is None else None)
     layers = layers or [layer]

@@ -108,3 +108,19 @@ def test_command_line_requests_name_what_is_wrong(given, where, words):
     with pytest.raises(MobiEditError) as e:
         load_cli_requests(args)
     assert e.value.where == where and words in str(e.value)
+
+
+@pytest.mark.parametrize("argv,where", [
+    (["bench", "--layers", "a,b"], "--layers"),  # was a ValueError traceback
+    (["bench", "--n", "0"], "--n"),  # was "request count for row 'rome'" under --rows
+    (["bench", "--offset", "-1"], "--offset"),
+    (["tune", "--layers", "1,-2"], "--layers"),
+])
+def test_bench_and_tune_arguments_are_named_before_any_output(argv, where, tmp_path, capsys):
+    from mobiedit.cli import main
+
+    out = tmp_path / "out"
+    assert main([*argv, "--preset", "small", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mobiedit: error: {where}:") and "Traceback" not in err
+    assert not out.exists()
