@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
-from .families import Family, get_module, n_layers, rotary_tables
+from .families import Family, check_edit_layer, get_module, n_layers, rotary_tables
 from .hooks import record
 
 _WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")
@@ -138,9 +138,8 @@ class PerplexityProbe:
     """
 
     def __init__(self, model, family: Family, layer: int, windows: torch.Tensor) -> None:
+        check_edit_layer(model, family, (layer,), warn_last=False)
         L = n_layers(model, family)
-        if not 0 <= layer < L:
-            raise ConfigError(f"layer {layer} outside 0..{L - 1}", where="perplexity probe", fix="pass the edit layer")
         self.family, self.layer, self.windows = family, layer, windows
         dev = next(model.parameters()).device
         self.blocks = [get_module(model, family.layer, i) for i in range(layer, L)]

@@ -188,7 +188,7 @@ def n_layers(model: torch.nn.Module, family: Family) -> int:
     return int(getattr(model.config, family.n_layers_attr))
 
 
-def check_edit_layer(model: torch.nn.Module, family: Family, layers: tuple[int, ...]) -> None:
+def check_edit_layer(model: torch.nn.Module, family: Family, layers: tuple[int, ...], warn_last: bool = True) -> None:
     """Refuse an edit layer the model does not have (a ConfigError naming ``--layer`` and the
     range, where the module lookup would only say a module is missing), and warn on the last layer:
     its MLP output at the subject's last token reaches no later position, so no search there can
@@ -199,7 +199,7 @@ def check_edit_layer(model: torch.nn.Module, family: Family, layers: tuple[int, 
             raise ConfigError(f"edit layer {layer} is not a layer of this model ({count} layers, 0-{count - 1})",
                               where="--layer (or the model profile's edit_layer)",
                               fix=f"pass a layer in 0-{count - 1}; `mobiedit trace` suggests one")
-    if layers and layers[-1] == count - 1:
+    if warn_last and layers and layers[-1] == count - 1:
         log.warning("edit layer %d is the model's last: its MLP output at the subject's last token reaches no "
                     "later position, so an edit there moves no answer whose prompt goes on after the subject "
                     "(`mobiedit trace` suggests a layer)", layers[-1])

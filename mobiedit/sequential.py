@@ -62,15 +62,10 @@ def register(sub) -> None:
     sp.set_defaults(fn=cmd_sequential)
 
 
-def _settings(args, model_dir: Path):
-    """The run's :class:`~mobiedit.sequential_run.SeqSettings` from the parsed arguments.
-
-    Raises:
-        ConfigError: ``--n`` below 1, negative ``--undo`` / ``--probe`` / ``--ppl-tokens`` / ``--offset``.
-    """
+def _check_args(args) -> None:
+    """Refuse bad numbers before any model work: ``--n`` below 1, negative ``--undo`` / ``--probe`` /
+    ``--ppl-tokens`` / ``--offset``, a ``--checkpoints`` count below 1 (ConfigError naming the flag)."""
     from .errors import ConfigError
-    from .resolve import edit_layer_for, request_file
-    from .sequential_run import SeqSettings, checkpoint_marks
 
     if args.n < 1:
         raise ConfigError(f"must be >= 1, got {args.n}", where="--n", fix="edit at least one request")
@@ -78,6 +73,17 @@ def _settings(args, model_dir: Path):
                         ("--offset", args.offset)):
         if value < 0:
             raise ConfigError(f"must be >= 0, got {value}", where=flag, fix="pass 0 or more")
+    if any(c < 1 for c in args.checkpoints):
+        raise ConfigError(f"must be edit counts >= 1, got {args.checkpoints}", where="--checkpoints",
+                          fix="e.g. --checkpoints 10 50 100 (counts above --n are dropped; --n is always one)")
+
+
+def _settings(args, model_dir: Path):
+    """The run's :class:`~mobiedit.sequential_run.SeqSettings` from the parsed arguments (checked
+    by :func:`_check_args`)."""
+    from .resolve import edit_layer_for, request_file
+    from .sequential_run import SeqSettings, checkpoint_marks
+
     req = request_file(args.requests, model_dir)
     return SeqSettings(model_dir, edit_layer_for(model_dir, args.layer), req, args.n,
                        checkpoint_marks(args.checkpoints, args.n), args.seed, args.force, args.undo, args.probe,
@@ -111,6 +117,7 @@ def cmd_sequential(args) -> int:
 
     torch.set_num_threads(1)
     rows = rows_from_args(args.rows, args.method, args.config)  # a bad --rows fails before any model load
+    _check_args(args)
     s = _settings(args, resolve_model(args))
     configs = [(row, row_config(row, s.layer, s.seed, s.model_dir, s.n_edits)) for row in rows]
     json_path, png_path = output_paths(args.out) if args.out else (None, None)

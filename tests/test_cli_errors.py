@@ -115,8 +115,10 @@ def test_command_line_requests_name_what_is_wrong(given, where, words):
     (["bench", "--n", "0"], "--n"),  # was "request count for row 'rome'" under --rows
     (["bench", "--offset", "-1"], "--offset"),
     (["tune", "--layers", "1,-2"], "--layers"),
+    (["sequential", "--n", "2", "--checkpoints", "-1"], "--checkpoints"),  # was dropped silently
+    (["sequential", "--n", "0"], "--n"),
 ])
-def test_bench_and_tune_arguments_are_named_before_any_output(argv, where, tmp_path, capsys):
+def test_bench_tune_and_sequential_arguments_are_named_before_any_output(argv, where, tmp_path, capsys):
     from mobiedit.cli import main
 
     out = tmp_path / "out"
