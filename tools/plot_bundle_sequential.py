@@ -34,6 +34,13 @@ def load(path: Path) -> dict:
                          "pass the bundle_sequential.json a run wrote") from None
 
 
+def _label(result: dict, path: Path) -> str:
+    """A run's write rule, with its ``edited_weight`` when that is not 1 (the default)."""
+    update = result.get("update") or {}
+    weight = update.get("edited_weight", 1.0)
+    return update.get("rule", path.stem) + ("" if weight == 1.0 else f", edited_weight {weight:g}")
+
+
 def plot(results: list[dict], labels: list[str], png: Path) -> None:
     """Write the 2×3 figure of ``results`` (one line each, named by ``labels``) to ``png`` atomically."""
     import matplotlib
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="the PNG to write")
     a = ap.parse_args(argv)
     results = [load(p) for p in a.results]
-    labels = a.labels or [(r.get("update") or {}).get("rule", p.stem) for r, p in zip(results, a.results)]
+    labels = a.labels or [_label(r, p) for r, p in zip(results, a.results)]
     if len(labels) != len(results):
         raise SystemExit(f"--labels: {len(labels)} labels for {len(results)} files; give one per file")
     plot(results, labels, a.out)
