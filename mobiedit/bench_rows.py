@@ -117,6 +117,9 @@ def parse_sets(items: list[str] | None) -> list[tuple[str | None, str, Any]]:
                               fix="write [ROW:]KEY=VALUE with a dotted KEY, e.g. update.written_gain=true or fzoo:zo.lr=0.3")
         if row and row not in ROWS:
             raise ConfigError(f"unknown row {row!r} in setting {item!r}", where="--set", fix=f"use one of {sorted(ROWS)}")
+        if key == "layer":  # every row runs at the bench's layer; a per-row layer would be replaced
+            raise ConfigError(f"the edit layer is the bench's, not a row setting ({item!r})", where="--set",
+                              fix="pass --layer N, or --layers 3,4,5 to run every row at each")
         try:
             value = json.loads(raw)
         except ValueError:

@@ -46,7 +46,8 @@ def test_settings_go_over_every_row_or_the_one_named():
     assert rome.context.lengths == ((5, 2),) and row_config("fzoo", 1, 0).zo.lr != 0.3
     assert rows[1].label == 'fzoo update.written_gain=true zo.lr=0.3 context.lengths=[[5, 2]]'
     assert rows[0].stem != rows[1].stem != "row-fzoo" and parse_rows("fzoo", 1)[0].stem == "row-fzoo"
-    for bad, msg in ((["novalue"], "bad setting"), (["x:zo.lr=1"], "unknown row"), (["zo..lr=1"], "bad setting")):
+    for bad, msg in ((["novalue"], "bad setting"), (["x:zo.lr=1"], "unknown row"), (["zo..lr=1"], "bad setting"),
+                     (["fzoo:layer=3"], "the bench's")):  # was replaced by the bench's layer silently
         with pytest.raises(ConfigError, match=msg):
             parse_sets(bad)
     with pytest.raises(ConfigError, match="zo") as e:  # ROME has no zo: named, not ignored
