@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from mobiedit.resolve import add_model_args
+
 log = logging.getLogger(__name__)
 
 
@@ -16,9 +18,7 @@ def register(subparsers) -> None:
     """Add ``export``, ``run``, ``bench-export``, ``bench-bundle-sequential`` and ``bundle-undo`` to
     ``subparsers`` (an argparse subparsers action)."""
     sp = subparsers.add_parser("export", help="export a model to a phone bundle (ExecuTorch or ONNX Runtime)")
-    g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local Hugging Face model folder or checkpoint name (`mobiedit model --list`)")
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent")
+    add_model_args(sp)
     sp.add_argument("--out", required=True, help="bundle folder to write (replaced atomically)")
     sp.add_argument("--overwrite", action="store_true",
                     help="replace a non-empty --out folder that is not a previous `mobiedit export` output")

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from mobiedit.atomic import atomic_write_text
 from mobiedit.errors import MobiEditError
 from mobiedit.rowlog import RowLog
+from mobiedit.resolve import add_model_args
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     from mobiedit.requests import bundled_path, load_requests
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
+    add_model_args(p)
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--runtimes", default="executorch,onnxruntime")
     p.add_argument("--no-eager", action="store_true", help="skip the eager quantized row")

@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from .errors import ConfigError
+from .resolve import add_model_args
 from .bench_rows import TUNED_ROWS, RowSpec, parse_rows, parse_sets, row_config, tuned_paper_lr
 from .bench_rows import ROWS  # noqa: F401  (re-exported: the row table)
 
@@ -364,9 +365,7 @@ def cmd_bench(args) -> int:
 
 def register(sub) -> None:
     sp = sub.add_parser("bench", help="benchmark editing methods (JSON + PNG)")
-    g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
+    add_model_args(sp)
     sp.add_argument("--requests", help="request file (default: the model profile's `requests`, the facts it knows; else bundled CounterFact 1k)")
     sp.add_argument("--n", type=int, default=200, help="requests per row")
     sp.add_argument("--rows", default="rome", help=f"comma-separated rows (NAME or NAME:N requests) from {sorted(ROWS)}")

@@ -9,6 +9,7 @@ import time
 
 import torch
 
+from .resolve import add_model_args
 from .families import Family, get_module, n_layers
 from .forward.graph import FullGraph, PrefixGraph
 from .forward.prefix import PrefixState
@@ -138,9 +139,7 @@ def cmd_bench_prefix(args) -> int:
 def _model_args(sub, name: str, help_: str):
     """A subcommand over one model's edit graph on the first ``--n`` bundled requests."""
     sp = sub.add_parser(name, help=help_)
-    g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
+    add_model_args(sp)
     sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's)")
     sp.add_argument("--n", type=int, default=5, help="requests (median taken)")
     sp.add_argument("--out", help="JSON output file")

@@ -31,6 +31,21 @@ def model_dir(name_or_dir: str | os.PathLike | None, preset: str = "default", pr
     return ensure_fact_lm(preset, progress=progress)
 
 
+MODEL_HELP = "local Hugging Face model folder or checkpoint name (`mobiedit model --list`)"
+
+
+def add_model_args(sp, preset: bool = True) -> None:
+    """The flags :func:`resolve_model` reads, on argparse parser ``sp``: ``--model DIR|NAME``; with
+    ``preset``, the alternative ``--preset NAME`` (the fact LM, the default when ``--model`` is
+    absent), else ``--model`` is required. Every command that loads a model declares them here."""
+    if not preset:
+        sp.add_argument("--model", required=True, help=MODEL_HELP)
+        return
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--model", help=MODEL_HELP)
+    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
+
+
 def resolve_model(args) -> Path:
     """``--model DIR|NAME`` or ``--preset NAME`` (the fact LM, trained and cached on first use)."""
     return model_dir(getattr(args, "model", None), getattr(args, "preset", "default"), not args.quiet)

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from .resolve import add_model_args
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINTS = (1, 10, 50, 100)
@@ -28,9 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``mobiedit sequential`` and ``python -m mobiedit.sequential``."""
     from .sequential_rows import DEFAULT_ROWS, ROWS
 
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local HF folder or checkpoint name")
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent")
+    add_model_args(p)
     p.add_argument("--n", type=int, default=100, help="number of sequential edits per row")
     p.add_argument("--rows", help=f"comma-separated rows, each run from the unedited model: names from {sorted(ROWS)} "
                                   f"or NAME=METHOD[:CONFIG.yaml] (default {DEFAULT_ROWS})")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .resolve import add_model_args
 
 log = logging.getLogger(__name__)
 
@@ -246,9 +247,7 @@ def cmd_tune(args) -> int:
 def register(sub) -> None:
     sp = sub.add_parser("tune", help="choose a model's edit layer, objective and success settings on requests it knows "
                                      "(writes the profile with --write-profile)")
-    g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model", help="local HF model folder or checkpoint name (`mobiedit model --list`)")
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
+    add_model_args(sp)
     sp.add_argument("--requests", help="requests the model knows (default: the model profile's `requests`; else bundled CounterFact 1k)")
     sp.add_argument("--n", type=int, default=16, help="tuning requests per candidate")
     sp.add_argument("--offset", type=int, help="first tuning request (default: the file's last n, apart from a bench's)")

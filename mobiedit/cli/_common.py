@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable, NamedTuple
 
-MODEL_HELP = "local Hugging Face model folder or checkpoint name (`mobiedit model --list`)"
+from ..resolve import add_model_args
 
 
 class Command(NamedTuple):
@@ -22,14 +22,8 @@ class Command(NamedTuple):
 
 
 def model_args(sp: argparse.ArgumentParser, preset: bool = True) -> None:
-    """``--model DIR|NAME``; with ``preset``, the alternative ``--preset NAME`` (the fact LM, the
-    default when ``--model`` is absent), else ``--model`` is required."""
-    if not preset:
-        sp.add_argument("--model", required=True, help=MODEL_HELP)
-        return
-    g = sp.add_mutually_exclusive_group()
-    g.add_argument("--model", help=MODEL_HELP)
-    g.add_argument("--preset", default="default", help="fact LM preset when --model is absent (small|default|wide)")
+    """``--model`` / ``--preset`` (:func:`mobiedit.resolve.add_model_args`)."""
+    add_model_args(sp, preset)
 
 
 def request_args(sp: argparse.ArgumentParser) -> None:
