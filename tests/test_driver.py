@@ -209,3 +209,39 @@ def test_one_kv_shim_and_one_kl_expression():
     new = torch.log_softmax(torch.randn(3, 2, 7), -1)
     assert torch.equal(kl_rows(ref, new), (ref.exp() * (ref - new)).sum(-1))
     assert torch.allclose(kl_rows(ref, ref.expand(3, 2, 7)), torch.zeros(3, 2), atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["python", "native"])
+def test_a_checked_point_is_not_evaluated_again_as_the_next_base_row(backend):
+    """``reuse_checked``: FZOO's row 0 is the delta the last check scored, so it takes the check's loss —
+    the same search (the toy's loss is row-wise exact: the same deltas), one evaluation a step fewer."""
+    d = 8
+    v_init = torch.full((d,), 2.0)
+    target = torch.linspace(-1, 1, d) * 2.5
+    zo = dataclasses.replace(FZOO.zo, n_dirs=4, max_steps=200, max_evals=100_000, lr=0.05)
+    recipe = EditRecipe(zo, SuccessCriterion(0.5, 10.0))
+    graphs = {flag: Quadratic(target) for flag in (False, True)}
+    runs = {flag: search_value(g, v_init, ObjectiveConfig(), recipe, backend, reuse_checked=flag)
+            for flag, g in graphs.items()}
+    twice, once = runs[False], runs[True]
+    steps = len(once.losses)
+    assert steps > 5 and once.status == twice.status == "SUCCESS_CHECK"
+    assert torch.equal(once.delta, twice.delta) and once.losses == twice.losses
+    assert twice.evals - once.evals == steps - 1  # every step after the first: its base row was checked
+    assert once.distinct_evals == twice.distinct_evals - (steps - 1) and once.calls == twice.calls
+    assert graphs[True].calls[:4] == [zo.K, 1, zo.K - 1, 1]  # the first step runs its base row
+    # a row-sampled step scores another objective: nothing is reused there
+    sampled = search_value(Quadratic(target), v_init, ObjectiveConfig(), recipe, backend, step_graph=Quadratic(target))
+    assert sampled.evals == twice.evals and torch.equal(sampled.delta, twice.delta)
+
+
+def test_the_paper_estimators_rows_are_never_taken_from_the_check():
+    """Only a row 0 equal to the checked delta is reused: the paper's rows start at x + h·u."""
+    d = 8
+    target = torch.linspace(-1, 1, d) * 2.5
+    zo = dataclasses.replace(PAPER.zo, max_steps=30, max_evals=100_000, loss_tol=0.0)
+    recipe = EditRecipe(zo, SuccessCriterion(0.5, 10.0))
+    on = search_value(Quadratic(target), torch.full((d,), 2.0), ObjectiveConfig(), recipe, "python")
+    off = search_value(Quadratic(target), torch.full((d,), 2.0), ObjectiveConfig(), recipe, "python",
+                       reuse_checked=False)
+    assert on.evals == off.evals and torch.equal(on.delta, off.delta)

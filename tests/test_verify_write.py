@@ -142,3 +142,20 @@ def test_mobiedit_stop_on_written_searches_past_a_write_that_fails(tiny_llama_di
     n = len(calls)
     loop = run_method(lm, REQ, dataclasses.replace(cfg, stop_on="loop"), ctx)  # the loop's rule: first check stops
     assert "written_checks" not in loop.config and loop.loop_succeeded and len(calls) == n + 1  # the verify after
+
+
+def test_mobiedit_scores_each_checked_delta_once(tiny_llama_dir):
+    """``reuse_checked`` (default on): the base row of a step is the delta the last check scored, so its
+    loss is the check's — the edit is the same, its evaluations one a step fewer."""
+    lm = load_model(tiny_llama_dir)
+    z = ZOConfig(estimator="fzoo", n_dirs=8, h=0.05, optimizer="adam", lr=0.1, max_steps=30, max_evals=10_000)
+    cfg = MobiEditConfig(layer=0, zo=z, quant=QuantConfig("w8a16"), mom2_adjustment=False, context=CTX,
+                         stop_on="loop", success_nll=0.05)
+    ctx = prepare(lm, cfg, seed=0)
+    once = run_method(lm, REQ, cfg, ctx)
+    twice = run_method(lm, REQ, dataclasses.replace(cfg, reuse_checked=False), ctx)
+    steps = len(once.losses)
+    assert steps > 2 and len(twice.losses) == steps and once.status == twice.status
+    assert twice.loss_evals - once.loss_evals == steps - 1
+    assert torch.allclose(once.delta, twice.delta, rtol=1e-4, atol=1e-6 * float(twice.delta.norm()))
+    assert abs(once.losses[-1] - twice.losses[-1]) < 1e-4 * max(1.0, abs(twice.losses[-1]))

@@ -62,6 +62,8 @@ class MobiEditConfig:
     stop_on: str = FZOO.success.stop_on  # recipes.STOP_ON: "written" — the loop stops only where the edited
                                     # model says the fact (methods.verify.written_judge as the driver's
                                     # confirm); "loop": the search's own rule (bench row fzoo-loop)
+    reuse_checked: bool = True      # driver.search_value: a step's base row that the last check scored is
+                                    # not run again (one evaluation a step fewer); false: the search before
 
     def __post_init__(self) -> None:
         if self.layer < 0:
@@ -147,7 +149,7 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
     stepper = RowSampledGraph(graph, cfg.step_rows, torch.Generator().manual_seed(cfg.zo.seed)) \
         if cfg.step_rows else None
     found = search_value(graph, state.v_init, cfg.objective, cfg.recipe, cfg.backend, cfg.early_stop, on_step, start,
-                         confirm, stepper)
+                         confirm, stepper, cfg.reuse_checked)
     keys = confirm.keys if confirm is not None else keys
     u, w, key = factors_from_delta(klm, ctx, req, cfg.layer, found.delta, cfg.mom2_ridge, cfg.update, keys)
     checked = confirm.verdict_of(found.delta) if confirm is not None else None

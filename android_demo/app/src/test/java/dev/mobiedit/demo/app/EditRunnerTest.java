@@ -139,7 +139,8 @@ class EditRunnerTest {
         assertEquals("French", rec.before);
         assertEquals(o.steps, rec.steps.size());
         assertEquals(1.0, rec.steps.get(0)[1], 1e-6);  // loss at delta 0 is ||T||^2/||T||^2
-        assertEquals(17.0 * o.steps + o.steps, o.evals, "17 per step + 1 per check (the write check is none)");
+        assertEquals(17.0 * o.steps + 1, o.evals,
+            "17 per step + 1 per check, less each step's base row the check before it scored (the write check is none)");
         assertEquals(2, p.prefixCalls, "the search's, then the written edit's");
         assertEquals(3, p.lastPack.nRows);
         assertEquals(2, p.lastPack.nRewrite);

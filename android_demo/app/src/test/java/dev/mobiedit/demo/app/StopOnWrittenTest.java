@@ -21,6 +21,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -109,7 +110,7 @@ class StopOnWrittenTest {
         assertEquals(3, o.writtenChecks, "two refused, the third holds");
         assertTrue(o.succeeded && o.loopSucceeded && o.verified, "the verdicts agree");
         assertEquals(1 + 3, wp.prefixCalls, "the search's + one per check; the last one is reused");
-        assertEquals(17 * o.steps + o.steps, o.evals, "written checks are not loss evaluations");
+        assertEquals(17 * o.steps + 1, o.evals, "written checks are not loss evaluations; a checked base row runs once");
         Map<String, Object> metrics = o.metrics();
         assertEquals(3L, metrics.get("written_checks"));
         assertEquals(2L, metrics.get("written_refused"));
@@ -180,6 +181,35 @@ class StopOnWrittenTest {
         assertEquals(1, w.writtenChecks);
         assertEquals(0, w.writtenRefused);
         assertEquals(2, wp.prefixCalls, "the check's verdict is the written one: no second check");
+    }
+
+    @Test
+    void aStepsBaseRowThatWasCheckedTakesTheChecksLoss() throws Exception {
+        QuadraticPrograms p = new QuadraticPrograms(3);
+        EditRunnerTest.run(p, new EditRunnerTest.Recorder(), new AtomicBoolean());  // builds the pack
+        PrefixState st = QuadraticPrograms.state();
+        int d = QuadraticPrograms.D;
+        EditObjective o = new EditObjective(p, st, d, 1f, 2, p.lastPack.targetLen, 0.0, null, null);
+        float[] x = new float[d];
+        x[1] = 0.5f;
+        o.check(x, d);
+        float[] z = new float[3 * d];
+        System.arraycopy(x, 0, z, 0, d);
+        z[d] = 1f;
+        z[2 * d + 2] = -1f;
+        float[] reused = new float[3];
+        int calls = p.editCalls;
+        o.forward(z, 3, d, reused);
+        assertEquals(1 + 2, o.evals(), "the check's row, then rows 1 and 2 only");
+        assertEquals(calls + 1, p.editCalls);
+        float[] rows = p.deltasSeen.get(p.deltasSeen.size() - 1);
+        assertEquals(1f, rows[0], "rows 1 and 2 fill the program's first slots");
+        float[] fresh = new float[3];
+        new EditObjective(p, st, d, 1f, 2, p.lastPack.targetLen, 0.0, null, null).forward(z, 3, d, fresh);
+        assertArrayEquals(fresh, reused, "the same losses as a forward that runs row 0");
+        z[0] = Math.nextUp(z[0]);
+        o.forward(z, 3, d, reused);
+        assertEquals(1 + 2 + 3, o.evals(), "a row 0 one ulp away is run");
     }
 
     @Test
