@@ -10,7 +10,7 @@ the manifest's recipe (:func:`recipe_of`): ``mobiedit edit --bundle``, :mod:`.qu
 
 Manifest form (docs/bundle_format.md)::
 
-    "recipe": {"zo": {every ZOConfig field but max_norm},
+    "recipe": {"zo": {every ZOConfig field but max_norm; "directions", "normalise", "check_at" optional},
                "success": {"fraction": 0.75, "nll": 0.5, "stop_on": "written"},
                "ladder": {"fractions": [0.5, 0.75, 1.0], "from_edits": 2}}
 
@@ -52,7 +52,8 @@ from mobiedit.zo import ZOConfig
 log = logging.getLogger(__name__)
 
 #: ZOConfig fields a recipe must carry, in ZOConfig's order (max_norm comes from the objective)
-ZO_OPTIONAL = ("directions", "normalise")  # written by this exporter; absent in older bundles (then "iid", "spread")
+ZO_OPTIONAL = ("directions", "normalise", "check_at")  # written by this exporter; absent in older bundles
+                                                       # (then "iid", "spread", "update")
 ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig)
                   if f.name != "max_norm" and f.name not in ZO_OPTIONAL)
 _KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
@@ -95,10 +96,14 @@ class Recipe:
 def shipped_recipe(K: int, name: str = "fzoo") -> Recipe:
     """The recipe ``name`` (:data:`mobiedit.recipes.BUNDLE_RECIPES`; default the shipped
     :data:`mobiedit.recipes.FZOO`) for edit programs of static batch ``K`` (``shapes.edit_K``): its
-    search with ``n_dirs = max(1, K − 1)`` (FZOO's rows: one program call per step), and its success
-    rule, stopped where the written edit holds (``stop_on`` ``"written"``)."""
+    search with ``n_dirs = max(1, K − 1)`` (FZOO's rows: one program call per step) checked at the
+    step's own row 0 (``check_at`` ``"base"``: the program's batch is static, so a check of its own
+    costs a whole program call, while the step's row 0 is the point the check asks about), and its
+    success rule, stopped where the written edit holds (``stop_on`` ``"written"``)."""
     base = bundle_recipe(name, "recipe")
-    zo = dataclasses.replace(base.zo, n_dirs=max(1, K - 1) if base.zo.estimator == "fzoo" else base.zo.n_dirs)
+    fzoo = base.zo.estimator == "fzoo"
+    zo = dataclasses.replace(base.zo, n_dirs=max(1, K - 1) if fzoo else base.zo.n_dirs,
+                             check_at="base" if fzoo else base.zo.check_at)
     return Recipe(zo, base.success.fraction, base.success.nll, stop_on=base.success.stop_on)
 
 

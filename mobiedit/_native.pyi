@@ -23,6 +23,7 @@ class Config:
     lr_schedule: str  # "constant" | "cosine"
     directions: str  # "iid" | "coordinates"
     normalise: str  # "spread" | "gradient" (fzoo on coordinates only)
+    check_at: str  # "update" | "base" (the check on the step's evaluated point, before its update)
     n_dirs: int
     h: float
     lr: float

@@ -12,10 +12,12 @@ program). The driver
   with ``early_stop``, a ``check`` callback — the success rule :func:`success_holds`;
 * with ``confirm`` (the written verdict as the stop, :func:`search_value`), stops only where the
   delta's *written* edit also holds — the loop's rule is then a gate before the host's verify;
-* with ``reuse_checked``, does not evaluate a point twice: the check scores the updated delta, and
-  the next step's base row (FZOO's row 0 is that delta) takes the check's loss instead of running
-  it again — one evaluation a step fewer, the same search (the loss is the same row's, batched
-  differently: equal to float rounding);
+* with ``reuse_checked``, does not evaluate a point twice: with the check after the update
+  (``zo.check_at`` "update"), the next step's base row (FZOO's row 0 is the checked delta) takes
+  the check's loss — one evaluation a step fewer, the same search (the loss is the same row's,
+  batched differently: equal to float rounding); with ``check_at`` "base", the check of the
+  step's evaluated point reads that step's row 0 — no evaluation, and on a static-batch graph (a
+  bundle's edit program) no program call;
 * raises :class:`~mobiedit.errors.NumericalError` on NaN/Inf (``raise_for_status``), and when the
   loop did not stop on success, checks its final delta once;
 * returns the delta in model units with the loop's verdict and what the search cost.
@@ -143,9 +145,9 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
         step_graph: the graph the loop's steps (the estimator's K deltas) run on, when it is not
             ``graph`` — e.g. :class:`~mobiedit.forward.rows.RowSampledGraph`, a random subset
             of the rewrite rows per step; the success rule always reads ``graph``, every row.
-        reuse_checked: a step's row 0 that is the delta the last check scored is not run again
-            (its loss is the check's); only where the steps run on ``graph`` itself (a row-sampled
-            step scores another objective).
+        reuse_checked: a point already scored is not run again — a step's row 0 that the last check
+            scored, a check of the last step's row 0; only where the steps run on ``graph`` itself
+            (a row-sampled step scores another objective).
 
     Raises:
         NumericalError: the loop met NaN/Inf.
@@ -161,14 +163,20 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
     stepper = graph if step_graph is None else step_graph
     n["sequences"] = 0
 
-    checked: dict[str, object] = {}  # the last check's delta (float32 bytes, model units) and its loss
+    # the points already scored, (float32 bytes in model units, loss, correct [n_rewrite]): "check" the
+    # last check's, "base" the last step's row 0 — kept only where the steps run on ``graph`` itself
+    scored: dict[str, tuple[bytes, float, torch.Tensor]] = {}
     reuse = reuse_checked and step_graph is None
 
     def forward(D: np.ndarray) -> np.ndarray:
         deltas = _model_units(D, scale)
-        skip = int(reuse and checked.get("key") == deltas[0].numpy().tobytes())
-        run, _ = stepper(deltas[skip:])
-        losses = torch.cat([torch.tensor([checked["loss"]], dtype=run.dtype), run]) if skip else run
+        key0 = deltas[0].numpy().tobytes()
+        hit = scored.get("check") if reuse else None
+        skip = int(hit is not None and hit[0] == key0)
+        run, correct = stepper(deltas[skip:])
+        losses = torch.cat([torch.tensor([hit[1]], dtype=run.dtype), run]) if skip else run
+        if reuse:
+            scored["base"] = hit if skip else (key0, float(run[0]), correct[0])
         n["evals"] += D.shape[0] - skip; n["distinct"] += per_batch - skip; n["calls"] += 1
         n["sequences"] += (D.shape[0] - skip) * stepper.n_rows
         if on_step is not None:  # one batched call of K directions = one step
@@ -179,11 +187,18 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
 
     def check(x: np.ndarray) -> bool:
         delta = _model_units(x, scale).view(1, -1)
-        losses, correct = graph(delta)
-        checked.update(key=delta[0].numpy().tobytes(), loss=float(losses[0]))
-        n["evals"] += 1; n["distinct"] += 1; n["calls"] += 1; n["sequences"] += graph.n_rows
-        last["holds"] = edit_holds(full_rows(correct[0], graph.target_len), recipe.success.fraction)
-        passed = last["holds"] and within_margin(float(losses[0]), float(delta.norm()), v_norm, objective,
+        key = delta[0].numpy().tobytes()
+        known = [hit for hit in (scored.get("base"), scored.get("check")) if hit is not None and hit[0] == key]
+        if known:  # the step's own row 0 (check_at "base"), or the point the last check scored
+            _, loss0, correct0 = known[0]
+        else:
+            losses, correct = graph(delta)
+            loss0, correct0 = float(losses[0]), correct[0]
+            n["evals"] += 1; n["distinct"] += 1; n["calls"] += 1; n["sequences"] += graph.n_rows
+        if reuse:
+            scored["check"] = (key, loss0, correct0)
+        last["holds"] = edit_holds(full_rows(correct0, graph.target_len), recipe.success.fraction)
+        passed = last["holds"] and within_margin(loss0, float(delta.norm()), v_norm, objective,
                                                  recipe.success.nll)
         if passed and confirm is not None:
             n["confirms"] += 1

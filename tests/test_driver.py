@@ -230,6 +230,12 @@ def test_a_checked_point_is_not_evaluated_again_as_the_next_base_row(backend):
     assert twice.evals - once.evals == steps - 1  # every step after the first: its base row was checked
     assert once.distinct_evals == twice.distinct_evals - (steps - 1) and once.calls == twice.calls
     assert graphs[True].calls[:4] == [zo.K, 1, zo.K - 1, 1]  # the first step runs its base row
+    # check_at "base": the check reads the step's own row 0 — the same delta, no check evaluates anything
+    g = Quadratic(target)
+    based = search_value(g, v_init, ObjectiveConfig(), EditRecipe(dataclasses.replace(zo, check_at="base"),
+                                                                  recipe.success), backend)
+    assert based.status == "SUCCESS_CHECK" and torch.equal(based.delta, once.delta)
+    assert len(based.losses) == steps + 1 and set(g.calls) == {zo.K} and based.evals == zo.K * (steps + 1)
     # a row-sampled step scores another objective: nothing is reused there
     sampled = search_value(Quadratic(target), v_init, ObjectiveConfig(), recipe, backend, step_graph=Quadratic(target))
     assert sampled.evals == twice.evals and torch.equal(sampled.delta, twice.delta)
@@ -241,7 +247,10 @@ def test_the_paper_estimators_rows_are_never_taken_from_the_check():
     target = torch.linspace(-1, 1, d) * 2.5
     zo = dataclasses.replace(PAPER.zo, max_steps=30, max_evals=100_000, loss_tol=0.0)
     recipe = EditRecipe(zo, SuccessCriterion(0.5, 10.0))
-    on = search_value(Quadratic(target), torch.full((d,), 2.0), ObjectiveConfig(), recipe, "python")
-    off = search_value(Quadratic(target), torch.full((d,), 2.0), ObjectiveConfig(), recipe, "python",
-                       reuse_checked=False)
-    assert on.evals == off.evals and torch.equal(on.delta, off.delta)
+    g_on, g_off = Quadratic(target), Quadratic(target)
+    on = search_value(g_on, torch.full((d,), 2.0), ObjectiveConfig(), recipe, "python")
+    off = search_value(g_off, torch.full((d,), 2.0), ObjectiveConfig(), recipe, "python", reuse_checked=False)
+    assert torch.equal(on.delta, off.delta) and on.status == off.status == "MAX_STEPS"
+    assert [c for c in g_on.calls if c > 1] == [c for c in g_off.calls if c > 1] == [zo.K] * 30  # whole steps
+    # the one point scored twice without reuse: the last step's delta, checked in the loop and again at the end
+    assert off.evals - on.evals == 1 and g_off.calls[-2:] == [1, 1] and g_on.calls[-1] == 1

@@ -233,6 +233,30 @@ def test_a_bundle_edits_with_the_whole_gradient_recipe(bundles, tmp_path):
     assert (zo["directions"], zo["normalise"], zo["optimizer"], zo["n_dirs"]) == ("coordinates", "gradient", "sgd", K - 1)
 
 
+def test_a_bundle_checks_on_the_steps_own_row(bundles, tmp_path):
+    """The exported recipe checks at the step's row 0 (``check_at`` "base"): the same delta and verdict
+    as the check after the update, and no edit-program call of the check's own."""
+    import dataclasses
+
+    from mobiedit.export.ops import search_bundle_edit
+    from mobiedit.export.recipe import recipe_of
+
+    b = load_bundle(_copy(bundles["et"], tmp_path))
+    recipe = recipe_of(b.manifest)
+    assert recipe.zo.check_at == "base" and recipe.zo.estimator == "fzoo"
+    program, calls = b.program("edit"), [0]
+    run = program.run
+    program.run = lambda feed: (calls.__setitem__(0, calls[0] + 1), run(feed))[1]
+    out = {}
+    for mode in ("update", "base"):
+        before = calls[0]
+        zo = dataclasses.replace(recipe.zo, check_at=mode, max_steps=6)
+        out[mode] = (search_bundle_edit(b, b.journal(readonly=True), b.keystats(), REQUEST, zo=zo), calls[0] - before)
+    (upd, upd_calls), (base, base_calls) = out["update"], out["base"]
+    assert torch.equal(upd.delta, base.delta) and upd.succeeded == base.succeeded and upd.status == base.status
+    assert len(upd.losses) >= 2 and upd_calls - base_calls >= len(upd.losses) - 1, (upd_calls, base_calls)
+
+
 def test_a_bundle_edit_climbs_a_given_ladder_warm(bundles, tmp_path):
     """edit_bundle's clamp_ladder with warm rungs: a rung too small to say anything fails, the next
     starts from its delta (journal: the clamp written, two rungs, warm); every rung's evaluations are counted."""

@@ -46,14 +46,16 @@ def test_edit_scheme_resolution():
 @pytest.mark.parametrize("K", [1, 5, 17])
 def test_the_shipped_recipe_is_the_methods_config_fitted_to_K(K):
     """One definition: the bundle recipe is MobiEditConfig()'s search and success rule, FZOO's
-    n_dirs fitted to the edit programs' static K (one program call per step)."""
+    n_dirs fitted to the edit programs' static K (one program call per step), checked on the step's
+    own row (``check_at`` "base": on a static batch a check of its own costs a whole program call)."""
     import dataclasses
 
     from mobiedit.export.recipe import ZO_FIELDS, ZO_OPTIONAL, shipped_recipe
     from mobiedit.methods.mobiedit import MobiEditConfig
 
     cfg, r = MobiEditConfig(), shipped_recipe(K)
-    assert r.zo == dataclasses.replace(cfg.zo, n_dirs=max(1, K - 1)) and r.zo.estimator == "fzoo"
+    assert r.zo == dataclasses.replace(cfg.zo, n_dirs=max(1, K - 1), check_at="base") and r.zo.estimator == "fzoo"
+    assert cfg.zo.check_at == "update"  # the eager host scores a check's point once either way (driver.reuse_checked)
     assert (r.success_fraction, r.success_nll) == (cfg.success_fraction, cfg.success_nll)
     m = r.as_manifest()
     assert list(m["zo"]) == list(ZO_FIELDS + ZO_OPTIONAL) and "max_norm" not in m["zo"]
@@ -73,7 +75,7 @@ def test_a_bundle_can_ship_the_whole_gradient_recipe(K):
     from mobiedit.recipes import FZOO_GRADIENT
 
     r = shipped_recipe(K, "fzoo-grad")
-    assert r.zo == dataclasses.replace(FZOO_GRADIENT.zo, n_dirs=K - 1)
+    assert r.zo == dataclasses.replace(FZOO_GRADIENT.zo, n_dirs=K - 1, check_at="base")
     assert (r.zo.directions, r.zo.normalise, r.success_nll) == ("coordinates", "gradient", FZOO_GRADIENT.success.nll)
     back = check_recipe(r.as_manifest(), "manifest.json")
     assert back.zo == r.zo and back.success_nll == r.success_nll

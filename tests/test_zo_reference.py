@@ -354,3 +354,35 @@ def test_rank_one_errors():
         rank_one_factors(np.array([1, 2]), np.ones(1), np.ones(1))
     with pytest.raises(MobiEditError, match="W has shape"):
         apply_rank_one(np.zeros((2, 2), np.float32), np.ones(3, np.float32), np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("backend", ["python", "native"])
+def test_check_at_base_checks_the_same_points_one_forward_later(backend):
+    """``check_at`` "base": the check asks about the point the step's forward just evaluated (FZOO's
+    row 0), before its update — the points ``"update"`` checks, each one forward later."""
+    from mobiedit.zo import run_zo
+
+    d = 6
+    t = np.linspace(-1, 1, d).astype(np.float32)
+    seen: dict[str, list] = {"update": [], "base": []}
+    rows0: list[np.ndarray] = []
+    runs = {}
+    for when in ("update", "base"):
+        def forward(D, when=when):
+            rows0.append(D[0].copy())
+            return ((D - t) ** 2).sum(1)
+
+        def check(x, when=when):
+            if when == "base":
+                assert np.array_equal(x, rows0[-1])  # the row the step just evaluated
+            seen[when].append(x.copy())
+            return len(seen[when]) == 4
+
+        cfg = ZOConfig(estimator="fzoo", n_dirs=3, h=0.05, lr=0.05, max_steps=50, check_every=2, check_at=when)
+        runs[when] = run_zo(forward, check, np.zeros(d, np.float32), cfg, backend=backend)
+    assert runs["update"].status.value == runs["base"].status.value == "SUCCESS_CHECK"
+    assert runs["base"].steps == runs["update"].steps + 1 == 9
+    assert all(np.array_equal(a, b) for a, b in zip(seen["update"], seen["base"], strict=True))
+    assert np.array_equal(runs["base"].x, seen["base"][-1]) and np.array_equal(runs["update"].x, seen["update"][-1])
+    with pytest.raises(Exception, match="check_at"):
+        ZOConfig(check_at="later")

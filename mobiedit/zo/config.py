@@ -17,6 +17,9 @@ from mobiedit.zo.estimators import DIRECTIONS, ESTIMATORS, check_normalise, rows
 from mobiedit.zo.optim import OPTIMIZERS, SCHEDULES
 
 _U64_MAX = 2**64 - 1
+#: when the loop's check runs (spec §4): after the update, on the new delta; or on the step's
+#: evaluated point before the update (a static-batch host's check then costs no program call)
+CHECK_AT = ("update", "base")
 _INT32_MAX = 2**31 - 1
 
 
@@ -73,7 +76,10 @@ class ZOConfig:
     ``max_evals >= K``; ``seed`` in [0, 2**64); ``directions`` ``"iid"`` (the estimator's own
     kind, fresh each step) or ``"coordinates"`` (:func:`mobiedit.zo.rng.coordinates`);
     ``normalise`` ``"spread"`` (the estimator's own step size) or ``"gradient"`` (FZOO on
-    coordinates only: :class:`mobiedit.zo.estimators.GradientScaledFzoo`).
+    coordinates only: :class:`mobiedit.zo.estimators.GradientScaledFzoo`); ``check_at``
+    (:data:`CHECK_AT`) ``"update"`` (the check scores the delta a step's update made) or ``"base"``
+    (from the second step on, the check asks about the point the step's forward just evaluated,
+    before its update — FZOO's row 0, so a host answers it from that row: docs/zo_spec.md §4).
     """
 
     estimator: str = "paper"
@@ -97,6 +103,7 @@ class ZOConfig:
     seed: int = 0
     directions: str = "iid"
     normalise: str = "spread"
+    check_at: str = "update"
 
     def __post_init__(self) -> None:
         _check_choice("estimator", self.estimator, ESTIMATORS)
@@ -120,6 +127,7 @@ class ZOConfig:
         _check_int("seed", self.seed, 0, _U64_MAX)
         _check_choice("directions", self.directions, DIRECTIONS)
         check_normalise(self.normalise, self.estimator, self.directions, where="ZOConfig.normalise")
+        _check_choice("check_at", self.check_at, CHECK_AT)
         self._normalise_types()
 
     def _normalise_types(self) -> None:

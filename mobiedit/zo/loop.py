@@ -136,6 +136,8 @@ class ZOLoop:
         self.history.append(base)
         if cfg.loss_tol > 0.0 and base < cfg.loss_tol:
             return self._finish(ZOStatus.SUCCESS_LOSS)
+        if cfg.check_at == "base" and self._check_passes(check, step, step):
+            return self._finish(ZOStatus.SUCCESS_CHECK)
         self._track_best(base)
         return self._update_and_test(g, step, check)
 
@@ -163,15 +165,21 @@ class ZOLoop:
             return self._finish(ZOStatus.NONFINITE, f"non-finite delta after update at step {step}")
         self.x = x_new
         self.step_idx = step + 1
-        if check is not None and (step + 1) % cfg.check_every == 0:
-            self.checks += 1
-            if self._call("check", step, lambda: bool(check(self.x.copy()))):
-                return self._finish(ZOStatus.SUCCESS_CHECK)
+        if cfg.check_at == "update" and self._check_passes(check, step, step + 1):
+            return self._finish(ZOStatus.SUCCESS_CHECK)
         if cfg.patience > 0 and self.since_best >= cfg.patience:
             return self._finish(ZOStatus.PLATEAU)
         if self.step_idx >= cfg.max_steps:
             return self._finish(ZOStatus.MAX_STEPS)
         return ZOStatus.RUNNING
+
+    def _check_passes(self, check: Optional[Check], step: int, point: int) -> bool:
+        """``check(x)`` where x is the loop's ``point``-th delta (0: the start), every
+        ``check_every``-th one from the first update on; False without a check."""
+        if check is None or point < 1 or point % self.cfg.check_every != 0:
+            return False
+        self.checks += 1
+        return bool(self._call("check", step, lambda: bool(check(self.x.copy()))))
 
     def run(self, forward: Forward, check: Optional[Check] = None) -> ZOResult:
         """Step until a status is reached and return the result."""

@@ -212,6 +212,9 @@ void bind_config(py::module_& m) {
       .def_property(
           "normalise", [](const mobiedit::Config& c) { return mobiedit::normalise_name(c.normalise); },
           [](mobiedit::Config& c, const std::string& s) { c.normalise = mobiedit::parse_normalise(s); })
+      .def_property(
+          "check_at", [](const mobiedit::Config& c) { return mobiedit::check_at_name(c.check_at); },
+          [](mobiedit::Config& c, const std::string& s) { c.check_at = mobiedit::parse_check_at(s); })
       .def_readwrite("n_dirs", &mobiedit::Config::n_dirs)
       .def_readwrite("h", &mobiedit::Config::h)
       .def_readwrite("lr", &mobiedit::Config::lr)
@@ -336,7 +339,7 @@ void bind_functions(py::module_& m) {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "MobiEdit native ZO engine (see docs/zo_spec.md and mobiedit/_native.pyi).";
-  m.attr("ABI_VERSION") = 1;
+  m.attr("ABI_VERSION") = 2;  // MOBIEDIT_ABI_VERSION
   py::register_exception_translator(&translate);
   bind_config(m);
   bind_engine(m);

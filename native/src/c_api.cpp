@@ -81,6 +81,8 @@ mobiedit::Config to_cpp(const mobiedit_config_t& c) {
                                                     "use MOBIEDIT_DIRECTIONS_IID/COORDINATES");
   out.normalise = enum_field<mobiedit::Normalise>(c.normalise, 2, "normalise",
                                                   "use MOBIEDIT_NORMALISE_SPREAD/GRADIENT");
+  out.check_at = enum_field<mobiedit::CheckAt>(c.check_at, 2, "check_at",
+                                               "use MOBIEDIT_CHECK_AT_UPDATE/BASE");
   out.n_dirs = c.n_dirs;
   out.h = c.h;
   out.lr = c.lr;
@@ -135,6 +137,7 @@ int mobiedit_config_default(mobiedit_config_t* out) {
   out->lr_schedule = static_cast<int32_t>(c.lr_schedule);
   out->directions = static_cast<int32_t>(c.directions);
   out->normalise = static_cast<int32_t>(c.normalise);
+  out->check_at = static_cast<int32_t>(c.check_at);
   out->h = c.h;
   out->lr = c.lr;
   out->lr_min = c.lr_min;

@@ -102,6 +102,9 @@ void Config::validate() const {
   if (normalise != Normalise::Spread && normalise != Normalise::Gradient) {
     config_fail("normalise", "unknown normalise", "use one of spread, gradient");
   }
+  if (check_at != CheckAt::Update && check_at != CheckAt::Base) {
+    config_fail("check_at", "unknown check_at", "use one of update, base");
+  }
   if (normalise == Normalise::Gradient &&
       (estimator != Estimator::Fzoo || directions != Directions::Coordinates)) {
     config_fail("normalise",
@@ -167,6 +170,16 @@ Schedule parse_schedule(const std::string& name) {
 
 const char* normalise_name(Normalise n) noexcept {
   return n == Normalise::Spread ? "spread" : n == Normalise::Gradient ? "gradient" : "unknown";
+}
+
+const char* check_at_name(CheckAt c) noexcept {
+  return c == CheckAt::Update ? "update" : c == CheckAt::Base ? "base" : "unknown";
+}
+
+CheckAt parse_check_at(const std::string& name) {
+  if (name == "update") return CheckAt::Update;
+  if (name == "base") return CheckAt::Base;
+  config_fail("check_at", "unknown value '" + name + "'", "use one of update, base");
 }
 
 Normalise parse_normalise(const std::string& name) {

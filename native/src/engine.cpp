@@ -116,6 +116,9 @@ Status Engine::step(const ForwardFn& forward, const CheckFn& check) {
   const double base = estimate();
   history_.push_back(base);
   if (cfg_.loss_tol > 0.0 && base < cfg_.loss_tol) return finish(Status::SuccessLoss, "");
+  if (cfg_.check_at == CheckAt::Base && check_point(check, step, step)) {
+    return status_ == Status::Error ? status_ : finish(Status::SuccessCheck, "");
+  }
   if (base < best_ * (1.0 - cfg_.min_rel_improve)) {
     best_ = base;
     since_best_ = 0;
@@ -128,12 +131,16 @@ Status Engine::step(const ForwardFn& forward, const CheckFn& check) {
   }
   x_.swap(x_new_);
   step_idx_ = step + 1;
-  if (check && (step + 1) % cfg_.check_every == 0 && call_check(check, step)) {
+  if (cfg_.check_at == CheckAt::Update && check_point(check, step, step + 1)) {
     return status_ == Status::Error ? status_ : finish(Status::SuccessCheck, "");
   }
   if (cfg_.patience > 0 && since_best_ >= cfg_.patience) return finish(Status::Plateau, "");
   if (step_idx_ >= cfg_.max_steps) return finish(Status::MaxSteps, "");
   return Status::Running;
+}
+
+bool Engine::check_point(const CheckFn& check, std::int64_t step, std::int64_t point) {
+  return check && point >= 1 && point % cfg_.check_every == 0 && call_check(check, step);
 }
 
 // Calls check(x); returns true if it passed or failed (status_ is then Error).

@@ -172,6 +172,10 @@ TEST_CASE("argument and config errors return codes and name the field") {
   CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
   CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.normalise") != std::string::npos);
   c = small_config();
+  c.check_at = 2;
+  CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
+  CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.check_at") != std::string::npos);
+  c = small_config();
   c.normalise = MOBIEDIT_NORMALISE_GRADIENT;  // antithetic on iid directions: refused
   CHECK(mobiedit_configure(h, &c, 8) == MOBIEDIT_ERR_CONFIG);
   CHECK(std::string(mobiedit_last_error(h)).find("ZOConfig.normalise") != std::string::npos);

@@ -118,6 +118,40 @@ TEST_CASE("SUCCESS_CHECK honours check_every and counts checks") {
   CHECK(eng.checks() == 4);
 }
 
+TEST_CASE("check_at base asks about the step's evaluated point, one forward later") {
+  // the same points as check_at update (every check_every-th delta from the first update on), each
+  // checked after the forward that evaluated it (FZOO's row 0) and before that step's update
+  for (int every : {1, 3}) {
+    Config c = base_config(mobiedit::Estimator::Fzoo, mobiedit::Optimizer::Adam);
+    c.check_every = every;
+    std::vector<std::vector<float>> at_update, at_base;
+    std::vector<float> row0;
+    auto run = [&](mobiedit::CheckAt when, std::vector<std::vector<float>>& seen) {
+      c.check_at = when;
+      Engine eng(c, kD);
+      Quadratic q;
+      auto fwd = [&](const float* D, int K, int d, float* L) {
+        row0.assign(D, D + d);
+        return q(D, K, d, L);
+      };
+      auto check = [&](const float* x, int d, int* ok) {
+        if (when == mobiedit::CheckAt::Base) CHECK(std::memcmp(x, row0.data(), d * sizeof(float)) == 0);
+        seen.emplace_back(x, x + d);
+        *ok = seen.size() == 4;
+        return 0;
+      };
+      CHECK(eng.run(fwd, check) == Status::SuccessCheck);
+      CHECK(eng.checks() == 4);
+      return eng.steps();
+    };
+    const std::int64_t update_steps = run(mobiedit::CheckAt::Update, at_update);
+    const std::int64_t base_steps = run(mobiedit::CheckAt::Base, at_base);
+    CHECK(update_steps == 4 * every);
+    CHECK(base_steps == update_steps + 1);
+    CHECK(at_update == at_base);
+  }
+}
+
 TEST_CASE("PLATEAU when the loss stops improving") {
   Config c = base_config(mobiedit::Estimator::Fzoo, mobiedit::Optimizer::Sgd);
   c.patience = 3;

@@ -25,6 +25,9 @@ enum class Directions { Iid = 0, Coordinates = 1 };
 // How FZOO sizes a step: by the spread of the step's own losses, or (coordinate directions
 // only) by the whole gradient's norm estimated from every coordinate's latest slope (spec §2).
 enum class Normalise { Spread = 0, Gradient = 1 };
+// When the loop's check runs (docs/zo_spec.md §4): after the update, on the new delta (Update);
+// or from the second step on, on the step's evaluated point before its update (Base).
+enum class CheckAt { Update = 0, Base = 1 };
 enum class Status {
   Running = 0,
   SuccessLoss = 1,
@@ -84,6 +87,7 @@ struct Config {
   std::uint64_t seed = 0;
   Directions directions = Directions::Iid;
   Normalise normalise = Normalise::Spread;  // Gradient: fzoo on coordinates only
+  CheckAt check_at = CheckAt::Update;
 
   // Rows per forward batch K: paper 3n, fzoo n+1, antithetic 2n.
   int rows() const noexcept;
@@ -102,12 +106,14 @@ const char* optimizer_name(Optimizer o) noexcept;
 const char* schedule_name(Schedule s) noexcept;
 const char* directions_name(Directions d) noexcept;
 const char* normalise_name(Normalise n) noexcept;
+const char* check_at_name(CheckAt c) noexcept;
 // Parse names as used by mobiedit.zo ("paper", "sgd", "cosine", ...); throw Error(Config).
 Estimator parse_estimator(const std::string& name);
 Optimizer parse_optimizer(const std::string& name);
 Schedule parse_schedule(const std::string& name);
 Directions parse_directions(const std::string& name);
 Normalise parse_normalise(const std::string& name);
+CheckAt parse_check_at(const std::string& name);
 
 // One run of the value search. Invariants: status() == Running until a stop rule fires; x()
 // always holds finite values (a non-finite update is discarded and ends the run NonFinite).
@@ -145,6 +151,8 @@ class Engine {
   double estimate_gradient_scaled();
   void update(std::int64_t step);
   bool call_check(const CheckFn& check, std::int64_t step);
+  // call_check at the loop's point-th delta (every check_every-th from the first update on)
+  bool check_point(const CheckFn& check, std::int64_t step, std::int64_t point);
 
   Config cfg_;
   int d_;

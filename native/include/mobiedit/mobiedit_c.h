@@ -24,7 +24,7 @@ extern "C" {
 #define MOBIEDIT_API __attribute__((visibility("default")))
 #endif
 
-#define MOBIEDIT_ABI_VERSION 1
+#define MOBIEDIT_ABI_VERSION 2  /* 2: mobiedit_config_t.check_at (sizeof grew) */
 
 typedef enum mobiedit_code {
   MOBIEDIT_OK = 0,
@@ -79,6 +79,14 @@ typedef enum mobiedit_config_normalise {
   MOBIEDIT_NORMALISE_GRADIENT = 1
 } mobiedit_config_normalise;
 
+/* mobiedit_config_t.check_at: the loop's check after the update, on the new delta; or, from the
+ * second step on, on the step's evaluated point before its update (FZOO's row 0: a host answers
+ * it from that row, docs/zo_spec.md §4). */
+typedef enum mobiedit_config_check_at {
+  MOBIEDIT_CHECK_AT_UPDATE = 0,
+  MOBIEDIT_CHECK_AT_BASE = 1
+} mobiedit_config_check_at;
+
 /* Fill with mobiedit_config_default(); struct_size guards against ABI mismatch. */
 typedef struct mobiedit_config_t {
   uint32_t struct_size; /* = sizeof(mobiedit_config_t) */
@@ -104,6 +112,7 @@ typedef struct mobiedit_config_t {
   int32_t directions;     /* mobiedit_config_directions */
   int32_t normalise;      /* mobiedit_config_normalise (fills what was the struct's tail padding:
                              sizeof is unchanged, and mobiedit_config_default() sets SPREAD) */
+  int32_t check_at;       /* mobiedit_config_check_at (mobiedit_config_default() sets UPDATE) */
 } mobiedit_config_t;
 
 typedef struct mobiedit_result_t {

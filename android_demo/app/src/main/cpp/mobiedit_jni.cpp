@@ -9,8 +9,8 @@
 //
 // Config marshalling (must match EngineConfig.reals() / ints()):
 //   reals[10] = h, lr, lr_min, momentum, beta1, beta2, adam_eps, max_norm, loss_tol, min_rel_improve
-//   ints[11]  = estimator, n_dirs, optimizer, lr_schedule, max_steps, max_evals, check_every,
-//               patience, seed (uint64 bits), directions, normalise
+//   ints[12]  = estimator, n_dirs, optimizer, lr_schedule, max_steps, max_evals, check_every,
+//               patience, seed (uint64 bits), directions, normalise, check_at
 #include <jni.h>
 
 #include <cstdint>
@@ -23,7 +23,7 @@
 namespace {
 
 constexpr int kReals = 10;
-constexpr int kInts = 11;
+constexpr int kInts = 12;
 constexpr const char* kExceptionClass = "dev/mobiedit/demo/jni/NativeEngineException";
 
 // Throw NativeEngineException(code, message, cause) (cause may be null).
@@ -71,7 +71,7 @@ bool read_config(JNIEnv* env, jdoubleArray reals, jlongArray ints, mobiedit_conf
   if (reals == nullptr || ints == nullptr || env->GetArrayLength(reals) != kReals ||
       env->GetArrayLength(ints) != kInts) {
     throw_engine(env, MOBIEDIT_ERR_INVALID_ARGUMENT,
-                 "config arrays: must be double[10] and long[11] — fix: use NativeEngine.Config");
+                 "config arrays: must be double[10] and long[12] — fix: use NativeEngine.Config");
     return false;
   }
   jdouble r[kReals];
@@ -100,6 +100,7 @@ bool read_config(JNIEnv* env, jdoubleArray reals, jlongArray ints, mobiedit_conf
   cfg->seed = static_cast<uint64_t>(n[8]);
   cfg->directions = static_cast<int32_t>(n[9]);
   cfg->normalise = static_cast<int32_t>(n[10]);
+  cfg->check_at = static_cast<int32_t>(n[11]);
   return true;
 }
 
@@ -197,7 +198,7 @@ JNI_FN(nativeAbiVersion)(JNIEnv*, jclass) -> jint { return mobiedit_abi_version(
 JNI_FN(nativeConfigDefault)(JNIEnv* env, jclass, jdoubleArray reals, jlongArray ints) -> void {
   if (reals == nullptr || ints == nullptr || env->GetArrayLength(reals) != kReals ||
       env->GetArrayLength(ints) != kInts) {
-    throw_engine(env, MOBIEDIT_ERR_INVALID_ARGUMENT, "config arrays: must be double[10], long[11]");
+    throw_engine(env, MOBIEDIT_ERR_INVALID_ARGUMENT, "config arrays: must be double[10], long[12]");
     return;
   }
   mobiedit_config_t c;
@@ -207,7 +208,7 @@ JNI_FN(nativeConfigDefault)(JNIEnv* env, jclass, jdoubleArray reals, jlongArray 
   const jlong n[kInts] = {c.estimator,   c.n_dirs,   c.optimizer,
                           c.lr_schedule, c.max_steps, c.max_evals,
                           c.check_every, c.patience, static_cast<jlong>(c.seed),
-                          c.directions,  c.normalise};
+                          c.directions,  c.normalise, c.check_at};
   env->SetDoubleArrayRegion(reals, 0, kReals, r);
   env->SetLongArrayRegion(ints, 0, kInts, n);
 }

@@ -13,9 +13,10 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * (recipe {@code success.stop_on} "written", {@link EditRunner}) the loop's check also asks,
  * where that rule passes, whether the edit written from the delta holds (mobiedit/driver.py
  * search_value's {@code confirm}); a FALSE verdict refuses the stop and the loop goes on.
- * A step whose row 0 is the delta the last check scored (FZOO's base row after an update) takes
- * that row's loss from the check instead of running it again (mobiedit/driver.py search_value's
- * {@code reuse_checked}): the same search, one loss evaluation a step fewer.
+ * Each point is scored once (mobiedit/driver.py search_value's {@code reuse_checked}): a step whose
+ * row 0 is the delta the last check scored (FZOO's base row after an update, check_at "update")
+ * takes that row's loss from the check; a check of the point the last step's row 0 evaluated
+ * (check_at "base") reads that row — no program call.
  * Setting {@code cancel} makes the next callback throw.
  */
 public final class EditObjective implements NativeEngine.Forward, NativeEngine.Check {
@@ -42,8 +43,12 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
     private final float[] deltas;
     private final float[] losses;
     private final float[] correct;
-    private float[] checkedZ;  // the last check's z [d] (null: none yet) and its loss
+    private float[] checkedZ;  // the last check's z [d] (null: none yet), its loss and row counts
     private float checkedLoss;
+    private float[] checkedCorrect;
+    private float[] baseZ;  // the last step's row 0 z [d] (null: none yet), its loss and row counts
+    private float baseLoss;
+    private float[] baseCorrect;
     private long evals;
     private long calls;
     private long writtenChecks;
@@ -102,12 +107,20 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
         int skip = rows > 0 && sameRow(z, checkedZ) ? 1 : 0;
         if (skip == 1) {
             lossesOut[0] = checkedLoss;
+            baseZ = checkedZ;
+            baseLoss = checkedLoss;
+            baseCorrect = checkedCorrect;
         }
         for (int start = skip; start < rows; start += b) {
             int n = Math.min(b, rows - start);
             fill(z, start, n);
             run();
             System.arraycopy(losses, 0, lossesOut, start, n);
+            if (start == 0) {
+                baseZ = java.util.Arrays.copyOf(z, d);
+                baseLoss = losses[0];
+                baseCorrect = java.util.Arrays.copyOf(correct, nRewrite);
+            }
             evals += n;
         }
     }
@@ -145,12 +158,18 @@ public final class EditObjective implements NativeEngine.Forward, NativeEngine.C
      */
     public boolean holds(float[] x) throws Exception {
         fill(x, 0, 1);
-        run();
-        evals += 1;
+        if (sameRow(x, baseZ)) {  // the last step's row 0: its program call scored it
+            checkedLoss = baseLoss;
+            checkedCorrect = baseCorrect;
+        } else if (!sameRow(x, checkedZ)) {  // (the point the last check scored keeps its scores)
+            run();
+            evals += 1;
+            checkedLoss = losses[0];
+            checkedCorrect = java.util.Arrays.copyOf(correct, nRewrite);
+        }
         checkedZ = java.util.Arrays.copyOf(x, d);
-        checkedLoss = losses[0];
         double decay = SuccessCriterion.decay(weightDecay, deltas, 0, d, vInit);
-        return success.holds(correct, 0, nRewrite, targetLen, losses[0], decay);
+        return success.holds(checkedCorrect, 0, nRewrite, targetLen, checkedLoss, decay);
     }
 
     /** The thresholds this objective checks. */

@@ -190,6 +190,7 @@ public final class EditOutcome {
         zo.put("seed", config.seed);
         zo.put("directions", Recipe.DIRECTIONS[config.directions]);
         zo.put("normalise", Recipe.NORMALISE[config.normalise]);
+        zo.put("check_at", Recipe.CHECK_AT[config.checkAt]);
         Map<String, Object> c = new LinkedHashMap<String, Object>();
         c.put("zo", zo);  // nested as mobiedit.export.ops writes it (one journal schema for both hosts)
         c.put("success_fraction", success.fraction);

@@ -37,6 +37,12 @@ public final class Recipe {
      * {@code "coordinates"} directions only); optional in the manifest, absent = {@code "spread"}.
      */
     public static final String[] NORMALISE = {"spread", "gradient"};
+    /**
+     * {@code zo.check_at}: the loop's check after the update, on the new delta, or from the second
+     * step on, on the point the step's program call just evaluated (FZOO's row 0, read from that
+     * call: no program call of its own; docs/zo_spec.md §4); optional, absent = {@code "update"}.
+     */
+    public static final String[] CHECK_AT = {"update", "base"};
     /** The shipped success rule, used only for manifests without a recipe. */
     public static final double FALLBACK_SUCCESS_FRACTION = 0.75;
     public static final double FALLBACK_SUCCESS_NLL = 0.5;
@@ -83,6 +89,8 @@ public final class Recipe {
     public final String directions;
     /** How FZOO sizes a step ({@code zo.normalise}, one of {@link #NORMALISE}). */
     public final String normalise;
+    /** When the loop's check runs ({@code zo.check_at}, one of {@link #CHECK_AT}). */
+    public final String checkAt;
     /** Minimum share of fully correct rewrite rows ({@code success.fraction}). */
     public final double successFraction;
     /** Maximum loss minus its decay term ({@code success.nll}). */
@@ -108,7 +116,7 @@ public final class Recipe {
             long maxSteps, long maxEvals, long checkEvery, double lossTol, long patience,
             double minRelImprove, long seed, double successFraction, double successNll,
             boolean fromManifest, List<Double> ladder, long ladderFromEdits, String stopOn,
-            String directions, String normalise) {
+            String directions, String normalise, String checkAt) {
         this.estimator = estimator;
         this.nDirs = nDirs;
         this.h = h;
@@ -135,13 +143,15 @@ public final class Recipe {
         this.stopOn = stopOn;
         this.directions = directions;
         this.normalise = normalise;
+        this.checkAt = checkAt;
     }
 
     /**
      * The shipped recipe, hard-coded here ONLY for manifests without {@code recipe} (bundles
      * exported before the exporter wrote it; same format_version 1): MobiEditConfig()'s FZOO
      * search with {@code edit_K - 1} directions (one program call per step), h 0.05, Adam lr 0.5,
-     * at most 150 steps / 3000 loss evaluations, a check every step, ZOConfig's defaults for the
+     * at most 150 steps / 3000 loss evaluations, a check every step on the step's own row 0
+     * (check_at "base", as shipped_recipe), ZOConfig's defaults for the
      * rest; success fraction 0.75, nll 0.5, stopped where the written edit holds
      * ({@link #STOP_WRITTEN}, as export/recipe.py shipped_recipe); the default clamp ladder. A
      * manifest's recipe always wins.
@@ -150,7 +160,7 @@ public final class Recipe {
         return new Recipe("fzoo", Math.max(1, editK - 1), 0.05, "adam", 0.5, 0.0, "constant", 0.0,
             0.9, 0.999, 1e-8, 150, 3000, 1, 0.0, 0, 0.0, 0, FALLBACK_SUCCESS_FRACTION,
             FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS, STOP_WRITTEN,
-            "iid", "spread");
+            "iid", "spread", "base");
     }
 
     /** Rows per step K of {@code estimator} with {@code nDirs} directions. */
@@ -181,7 +191,7 @@ public final class Recipe {
         return (fromManifest ? "manifest" : "shipped fallback") + " recipe: " + estimator + " n_dirs="
             + nDirs + " h=" + h + " " + optimizer + " lr=" + lr + " max_steps=" + maxSteps
             + " max_evals=" + maxEvals + " seed=" + seed + " directions=" + directions
-            + " normalise=" + normalise
+            + " normalise=" + normalise + " check_at=" + checkAt
             + ", success_fraction=" + successFraction
             + ", success_nll=" + successNll + ", stop_on=" + stopOn + ", ladder=" + ladder + " from "
             + ladderFromEdits + " edits";

@@ -30,9 +30,9 @@ final class RecipeReader {
         "max_evals", "check_every", "loss_tol", "patience", "min_rel_improve", "seed");
     /**
      * Optional in {@code recipe.zo} (absent in bundles exported before they were written:
-     * directions iid, normalise spread).
+     * directions iid, normalise spread, check_at update).
      */
-    static final List<String> ZO_OPTIONAL = Arrays.asList("directions", "normalise");
+    static final List<String> ZO_OPTIONAL = Arrays.asList("directions", "normalise", "check_at");
     static final List<String> SUCCESS_FIELDS = Arrays.asList("fraction", "nll");
     /** Optional in {@code recipe.success} (absent in bundles exported before it was written). */
     static final List<String> SUCCESS_OPTIONAL = Arrays.asList("stop_on");
@@ -76,6 +76,8 @@ final class RecipeReader {
             : Recipe.DIRECTIONS[0];
         String normalise = z.containsKey("normalise") ? choice(z, "normalise", Recipe.NORMALISE)
             : Recipe.NORMALISE[0];
+        String checkAt = z.containsKey("check_at") ? choice(z, "check_at", Recipe.CHECK_AT)
+            : Recipe.CHECK_AT[0];
         if ("gradient".equals(normalise)
                 && !("fzoo".equals(estimator) && "coordinates".equals(directions))) {
             throw err("recipe.zo.normalise", "is \"gradient\", which needs estimator \"fzoo\" on"
@@ -101,7 +103,7 @@ final class RecipeReader {
         }
         return new Recipe(estimator, (int) nDirs, h, optimizer, lr, lrMin, schedule, momentum,
             beta1, beta2, adamEps, maxSteps, maxEvals, checkEvery, lossTol, patience, minRel, seed,
-            fraction, nll, true, ladder, fromEdits, stopOn, directions, normalise);
+            fraction, nll, true, ladder, fromEdits, stopOn, directions, normalise, checkAt);
     }
 
     /**

@@ -21,6 +21,8 @@ public final class EngineConfig {
     public static final int DIRECTIONS_COORDINATES = 1;
     public static final int NORMALISE_SPREAD = 0;
     public static final int NORMALISE_GRADIENT = 1;
+    public static final int CHECK_AT_UPDATE = 0;
+    public static final int CHECK_AT_BASE = 1;
 
     public int estimator;
     public int nDirs;
@@ -43,12 +45,13 @@ public final class EngineConfig {
     public long seed;
     public int directions;
     public int normalise;
+    public int checkAt;
 
     /** The engine's defaults (equal to mobiedit.zo.ZOConfig's); needs the native library. */
     public static EngineConfig defaults() {
         NativeLibrary.ensureLoaded();
         double[] reals = new double[10];
-        long[] ints = new long[11];
+        long[] ints = new long[12];
         NativeEngine.nativeConfigDefault(reals, ints);
         EngineConfig c = new EngineConfig();
         c.h = reals[0];
@@ -72,6 +75,7 @@ public final class EngineConfig {
         c.seed = ints[8];
         c.directions = (int) ints[9];
         c.normalise = (int) ints[10];
+        c.checkAt = (int) ints[11];
         return c;
     }
 
@@ -103,6 +107,7 @@ public final class EngineConfig {
         c.seed = recipe.seed;
         c.directions = Recipe.code(Recipe.DIRECTIONS, recipe.directions);
         c.normalise = Recipe.code(Recipe.NORMALISE, recipe.normalise);
+        c.checkAt = Recipe.code(Recipe.CHECK_AT, recipe.checkAt);
         return c;
     }
 
@@ -121,6 +126,6 @@ public final class EngineConfig {
 
     long[] ints() {
         return new long[] {estimator, nDirs, optimizer, lrSchedule, maxSteps, maxEvals, checkEvery,
-            patience, seed, directions, normalise};
+            patience, seed, directions, normalise, checkAt};
     }
 }

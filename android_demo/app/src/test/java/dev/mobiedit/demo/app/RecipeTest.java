@@ -193,6 +193,25 @@ class RecipeTest {
     }
 
     @Test
+    void theRecipesCheckAtReachesTheEngineAndIsRefusedWhenUnknown() {
+        Map<String, Object> map = Fixtures.manifestMap();
+        zo(map).put("check_at", "base");
+        Manifest m = parse(map);
+        assertEquals("base", m.recipe.checkAt);
+        assertTrue(m.recipe.toString().contains("check_at=base"), m.recipe.toString());
+        assertEquals(EngineConfig.CHECK_AT_BASE, EditRunner.forBundle(m, m.dOut()).checkAt);
+        zo(map).remove("check_at");  // exported before it was written: the check after the update
+        Manifest old = parse(map);
+        assertEquals("update", old.recipe.checkAt);
+        assertEquals(EngineConfig.CHECK_AT_UPDATE, EditRunner.forBundle(old, old.dOut()).checkAt);
+        assertEquals("base", Recipe.shippedFallback(17).checkAt, "as export/recipe.py shipped_recipe");
+        zo(map).put("check_at", "later");
+        refusedAt(map, "recipe.zo.check_at");
+        zo(map).put("check_at", 1L);
+        refusedAt(map, "recipe.zo.check_at");
+    }
+
+    @Test
     void aManifestWithoutRecipeGetsTheShippedOne() {
         Map<String, Object> map = Fixtures.manifestMap();
         map.remove("recipe");

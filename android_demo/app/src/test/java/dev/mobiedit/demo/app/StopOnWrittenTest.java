@@ -184,6 +184,26 @@ class StopOnWrittenTest {
     }
 
     @Test
+    void checkAtBaseReadsTheStepsOwnRowAndSavesAProgramCallPerStep() throws Exception {
+        QuadraticPrograms up = new QuadraticPrograms(17);
+        EditOutcome upd = run(up, "loop");
+        Map<String, Object> m = Fixtures.manifestMap();
+        RecipeTest.success(m).put("stop_on", "loop");
+        RecipeTest.zo(m).put("check_at", "base");
+        QuadraticPrograms bp = new QuadraticPrograms(17);
+        EditOutcome base = new EditRunner(Fixtures.tokenizer(), RecipeTest.parse(m), bp,
+            KeyStats.identity(Fixtures.D_IN)).run(REQ, Fixtures.TEMPLATES, emptySlots(), null, null, null);
+        assertEquals(EngineStatus.SUCCESS_CHECK, base.status);
+        assertTrue(base.succeeded && upd.succeeded);
+        assertArrayEquals(upd.delta, base.delta, "the same points checked: the same stop");
+        assertEquals(upd.steps + 1, base.steps, "each check one forward later");
+        assertEquals(17L * base.steps, base.evals, "the checks read the steps' rows: no evaluation of their own");
+        assertEquals(2 * upd.steps + 1, up.editCalls, "update: a step's call and a check's call (+ the write check)");
+        assertEquals(base.steps + 1, bp.editCalls, "base: one call per step (+ the write check)");
+        assertEquals("base", ((Map<?, ?>) base.configJson().get("zo")).get("check_at"));
+    }
+
+    @Test
     void aStepsBaseRowThatWasCheckedTakesTheChecksLoss() throws Exception {
         QuadraticPrograms p = new QuadraticPrograms(3);
         EditRunnerTest.run(p, new EditRunnerTest.Recorder(), new AtomicBoolean());  // builds the pack
@@ -234,7 +254,7 @@ class StopOnWrittenTest {
         assertTrue(o.passes(x));
         assertEquals(3, o.writtenChecks());
         assertEquals(1, o.writtenRefused());
-        assertEquals(4, o.evals(), "one per check of the rule; the written checks are none");
+        assertEquals(1, o.evals(), "the point is scored once: later checks of it and the written checks are none");
 
         SuccessCriterionTest.Scripted miss = SuccessCriterionTest.rows(10, 0.6);  // over the margin
         EditObjective m = new EditObjective(miss, SuccessCriterionTest.state(), SuccessCriterionTest.D, 2f,

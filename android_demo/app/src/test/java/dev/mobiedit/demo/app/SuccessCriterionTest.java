@@ -146,8 +146,9 @@ class SuccessCriterionTest {
             null, null);
         p.loss = 1.7;
         assertTrue(o.holds(X));
-        p.loss = 1.76;
-        assertFalse(o.holds(X));
+        p.loss = 1.76;  // a fresh objective: one scores each point once (a later check of X reads the first)
+        assertTrue(o.holds(X));
+        assertFalse(new EditObjective(p, state(), D, 2f, N_REWRITE, TARGET_LEN, WEIGHT_DECAY, null, null).holds(X));
     }
 
     @Test

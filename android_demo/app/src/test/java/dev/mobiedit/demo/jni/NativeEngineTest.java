@@ -65,7 +65,7 @@ class NativeEngineTest {
 
     @Test
     void versionNamesAndDefaults() {
-        assertEquals(1, NativeEngine.abiVersion());
+        assertEquals(2, NativeEngine.abiVersion());
         assertEquals("SUCCESS_CHECK", NativeEngine.statusName(2));
         assertEquals("UNKNOWN", NativeEngine.statusName(99));
         EngineConfig c = EngineConfig.defaults();
@@ -76,6 +76,7 @@ class NativeEngineTest {
         assertEquals(15, c.rows());
         assertEquals(EngineConfig.DIRECTIONS_IID, c.directions);
         assertEquals(EngineConfig.NORMALISE_SPREAD, c.normalise);
+        assertEquals(EngineConfig.CHECK_AT_UPDATE, c.checkAt);
         EngineConfig m = EngineConfig.fromRecipe(Recipe.shippedFallback(17), 4 * Math.sqrt(128));
         assertEquals(17, m.rows());
         assertEquals(EngineConfig.EST_FZOO, m.estimator);
@@ -90,6 +91,7 @@ class NativeEngineTest {
         assertEquals(c.minRelImprove, m.minRelImprove);
         assertEquals(c.directions, m.directions);
         assertEquals(c.normalise, m.normalise);
+        assertEquals(EngineConfig.CHECK_AT_BASE, m.checkAt, "a bundle's check reads the step's row");
         try (NativeEngine e = new NativeEngine()) {
             e.configure(m, 128);  // the engine accepts it
             assertEquals(17, e.rows());
@@ -205,6 +207,12 @@ class NativeEngineTest {
                 NativeEngineException ex = assertThrows(NativeEngineException.class, () -> e.configure(bad, D));
                 assertTrue(ex.getMessage().contains("ZOConfig.normalise"), ex.getMessage());
             }
+        }
+        EngineConfig when = gradientScaled();
+        when.checkAt = 2;
+        try (NativeEngine e = new NativeEngine()) {
+            NativeEngineException ex = assertThrows(NativeEngineException.class, () -> e.configure(when, D));
+            assertTrue(ex.getMessage().contains("ZOConfig.check_at"), ex.getMessage());
         }
     }
 
