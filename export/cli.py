@@ -40,8 +40,9 @@ def register(subparsers) -> None:
     sp.add_argument("--no-lint", action="store_true", help="skip the NPU graph lint")
     sp.add_argument("--seed", type=int, help="edit.seed: context templates' sampling seed (default 0)")
     sp.add_argument("--recipe", help="edit.recipe: the search the bundle's hosts run — fzoo (default, the "
-                                     "shipped one) | fzoo-grad (coordinate directions, steps sized by the "
-                                     "whole gradient; docs/zo_spec.md §2)")
+                                     "shipped one) | fzoo-lr2 (Adam lr 2: about half the evaluations, a little "
+                                     "less generalization; docs/results.md) | fzoo-grad (coordinate "
+                                     "directions, steps sized by the whole gradient; docs/zo_spec.md §2)")
     sp.add_argument("--update-rule", choices=("rome", "rows", "protect", "rows-protect"),
                     help="edit.update_rule: the write every host computes — protect (default: C^-1 k̄ with the "
                          "active journal edits' keys held still) | rome (C^-1 k̄) | rows (exact at every "

@@ -167,7 +167,8 @@ class EditSetup:
     layer's keys (False: identity, ROME's mom2_adjustment=False). ridge: relative ridge of C.
     stats_limit: use at most this many texts of the statistics corpus (0 = all).
     recipe: the search the bundle's hosts run, a name of :data:`mobiedit.recipes.BUNDLE_RECIPES`
-    (``fzoo``, the shipped one; ``fzoo-grad``: coordinate directions sized by the whole gradient).
+    (``fzoo``, the shipped one; ``fzoo-lr2``: Adam lr 2; ``fzoo-grad``: coordinate directions sized by
+    the whole gradient).
     update_rule: the write every host computes (manifest ``edit.update``): ``rome`` (``C⁻¹k̄``),
     ``rows`` (exact at every rewrite row's key, ``update.rule: rows`` of the eager path, with
     ``rows_ridge``), or ``protect`` (the default since session 34) / ``rows-protect`` — those two with

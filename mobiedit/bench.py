@@ -72,8 +72,9 @@ def spawn_watched(target, args: tuple) -> int:
 
 #: config fields whose default changed after they existed, with the value a log that predates the
 #: field ran with (its absence in a log means that value, not today's default): ``stop_on`` came
-#: in session 16 defaulting to "loop", the behaviour of every earlier log; its default is "written" now
-LEGACY_DEFAULTS = {"stop_on": "loop"}
+#: in session 16 defaulting to "loop", the behaviour of every earlier log; its default is "written" now;
+#: ``reuse_checked`` came in session 36 (on): earlier logs scored a checked point again (off)
+LEGACY_DEFAULTS = {"stop_on": "loop", "reuse_checked": False}
 
 
 def identity_defaults(cfg) -> dict:

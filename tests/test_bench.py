@@ -209,6 +209,28 @@ def test_a_log_from_before_stop_on_reads_as_the_loop_rule_it_ran_with(tmp_path):
     assert to_dict(shipped)["stop_on"] == "written"
 
 
+def test_a_log_from_before_reuse_checked_reads_as_scoring_every_point_again(tmp_path):
+    """``reuse_checked`` (session 36, on): a row log that predates it ran without it (every checked point
+    scored again), so today's row refuses to resume it — its evaluation counts would mix — and the row
+    with ``reuse_checked=false`` resumes it."""
+    from mobiedit.bench import identity_defaults, row_identity
+    from mobiedit.bench_rows import RowSpec, row_config
+    from mobiedit.errors import ConfigError
+    from mobiedit.rowlog import RowLog
+
+    shipped = row_config("fzoo-stopw", 1, 0, (), None)
+    assert shipped.reuse_checked and identity_defaults(shipped)["config"]["reuse_checked"] is False
+    req = tmp_path / "r.json"
+    req.write_text("[]")
+    off = RowSpec("fzoo-stopw", 1, (("reuse_checked", False),))
+    now, before = (row_identity(s, str(tmp_path), str(req), 1, 0, False) for s in (RowSpec("fzoo-stopw", 1), off))
+    old = {**now, "config": {k: v for k, v in now["config"].items() if k != "reuse_checked"}}
+    RowLog(tmp_path / "a.jsonl", old)
+    with pytest.raises(ConfigError, match="different config"):
+        RowLog(tmp_path / "a.jsonl", now, identity_defaults(shipped))
+    RowLog(tmp_path / "a.jsonl", {**before, "row": "fzoo-stopw"}, identity_defaults(shipped))  # resumes
+
+
 def test_a_clamp_ladder_counts_every_rungs_written_checks():
     """``written_checks`` / ``written_refused`` of a laddered edit are summed over its rungs, the
     bundle path's convention (export.ops.climb_bundle_edit), not the last rung's."""

@@ -95,3 +95,20 @@ def test_the_recipe_flag_reaches_the_export_config():
     assert config_from_args(args).edit.recipe == "fzoo-grad"
     args = build_parser().parse_args(["export", "--out", "x"])
     assert config_from_args(args).edit.recipe == "fzoo"
+
+
+def test_a_bundle_can_ship_the_lr2_recipe():
+    """`export --recipe fzoo-lr2`: recipes.FZOO_LR2 (the shipped search at Adam lr 2) fitted to K and
+    round-tripped through the manifest reader; the bench row of that name runs the same search."""
+    import dataclasses
+
+    from mobiedit.bench_rows import row_config
+    from mobiedit.export.config import EditSetup
+    from mobiedit.export.recipe import check_recipe, shipped_recipe
+    from mobiedit.recipes import FZOO, FZOO_LR2
+
+    r = shipped_recipe(9, "fzoo-lr2")
+    assert r.zo == dataclasses.replace(FZOO.zo, lr=2.0, n_dirs=8, check_at="base") and FZOO_LR2.success == FZOO.success
+    assert check_recipe(r.as_manifest(), "manifest.json").zo == r.zo
+    assert EditSetup(recipe="fzoo-lr2").recipe == "fzoo-lr2"
+    assert row_config("fzoo-lr2", 1, 0, (), None).zo == FZOO_LR2.zo
