@@ -124,20 +124,34 @@ class RecipeTest {
         s.close();
     }
 
-    @Test
-    void theRecipesDirectionsReachTheEngineAndTheJournal() {
+    /**
+     * An optional {@code recipe.zo} choice: {@code value} reaches the recipe ({@code ofRecipe}) and
+     * the engine ({@code ofEngine}, as {@code code}); absent (a bundle exported before the field was
+     * written) it reads {@code absent} ({@code absentCode}); {@code bad} and a number are refused.
+     */
+    private static void optionalChoice(String field, String value, int code, String absent, int absentCode,
+            String bad, java.util.function.Function<Recipe, String> ofRecipe,
+            java.util.function.ToIntFunction<EngineConfig> ofEngine) {
         Map<String, Object> map = Fixtures.manifestMap();
-        zo(map).put("directions", "coordinates");
+        zo(map).put(field, value);
         Manifest m = parse(map);
-        assertEquals("coordinates", m.recipe.directions);
-        EngineConfig c = EditRunner.forBundle(m, m.dOut());
-        assertEquals(EngineConfig.DIRECTIONS_COORDINATES, c.directions);
-        zo(map).remove("directions");  // exported before session 24: i.i.d.
+        assertEquals(value, ofRecipe.apply(m.recipe));
+        assertTrue(m.recipe.toString().contains(field + "=" + value), m.recipe.toString());
+        assertEquals(code, ofEngine.applyAsInt(EditRunner.forBundle(m, m.dOut())));
+        zo(map).remove(field);
         Manifest old = parse(map);
-        assertEquals("iid", old.recipe.directions);
-        assertEquals(EngineConfig.DIRECTIONS_IID, EditRunner.forBundle(old, old.dOut()).directions);
-        zo(map).put("directions", "sobol");
-        refusedAt(map, "recipe.zo.directions");
+        assertEquals(absent, ofRecipe.apply(old.recipe));
+        assertEquals(absentCode, ofEngine.applyAsInt(EditRunner.forBundle(old, old.dOut())));
+        zo(map).put(field, bad);
+        refusedAt(map, "recipe.zo." + field);
+        zo(map).put(field, 1L);
+        refusedAt(map, "recipe.zo." + field);
+    }
+
+    @Test
+    void theRecipesDirectionsReachTheEngine() {  // absent: exported before session 24, i.i.d.
+        optionalChoice("directions", "coordinates", EngineConfig.DIRECTIONS_COORDINATES, "iid",
+            EngineConfig.DIRECTIONS_IID, "sobol", r -> r.directions, c -> c.directions);
     }
 
     @Test
@@ -193,22 +207,10 @@ class RecipeTest {
     }
 
     @Test
-    void theRecipesCheckAtReachesTheEngineAndIsRefusedWhenUnknown() {
-        Map<String, Object> map = Fixtures.manifestMap();
-        zo(map).put("check_at", "base");
-        Manifest m = parse(map);
-        assertEquals("base", m.recipe.checkAt);
-        assertTrue(m.recipe.toString().contains("check_at=base"), m.recipe.toString());
-        assertEquals(EngineConfig.CHECK_AT_BASE, EditRunner.forBundle(m, m.dOut()).checkAt);
-        zo(map).remove("check_at");  // exported before it was written: the check after the update
-        Manifest old = parse(map);
-        assertEquals("update", old.recipe.checkAt);
-        assertEquals(EngineConfig.CHECK_AT_UPDATE, EditRunner.forBundle(old, old.dOut()).checkAt);
+    void theRecipesCheckAtReachesTheEngine() {  // absent: exported before session 36, after the update
+        optionalChoice("check_at", "base", EngineConfig.CHECK_AT_BASE, "update", EngineConfig.CHECK_AT_UPDATE,
+            "later", r -> r.checkAt, c -> c.checkAt);
         assertEquals("base", Recipe.shippedFallback(17).checkAt, "as export/recipe.py shipped_recipe");
-        zo(map).put("check_at", "later");
-        refusedAt(map, "recipe.zo.check_at");
-        zo(map).put("check_at", 1L);
-        refusedAt(map, "recipe.zo.check_at");
     }
 
     @Test
