@@ -59,6 +59,9 @@ def prompt_ids(bundle: Bundle | str | Path, prompt: str, chat: bool | None = Non
     bundle's chat template (``chat``: True / False / None = the manifest's default, see :mod:`.chat`)."""
     from .chat import chat_prompt_text, use_chat
 
+    if not prompt.strip():
+        raise BundleError("the prompt is empty" if not prompt else "the prompt is only whitespace", where="prompt",
+                          fix="give the text to continue (a question for a chat bundle)")
     b = _open(bundle)
     tok = b.tokenizer()
     if not use_chat(b.manifest, chat):

@@ -69,6 +69,8 @@ TUNED_ROWS = ("paper-tuned", "paper-tuned-c20")
 # chosen on 20 requests from offset 800 (runs/explore, docs/results.md), reported on others
 ROWS["fzoo-lr1"] = ("mobiedit", {"zo": {**_FZOO, "lr": 1.0}, "quant": _W8A16})
 ROWS["fzoo-lr2"] = ("mobiedit", {"zo": dataclasses.asdict(FZOO_LR2.zo), "quant": _W8A16})  # recipes.FZOO_LR2
+# the same search on bf16 matmuls (the forward this CPU runs fastest, issue 17 item 4)
+ROWS["fzoo-lr2-bf16"] = ("mobiedit", {"zo": dataclasses.asdict(FZOO_LR2.zo), "quant": {"scheme": "bf16"}})
 for _name, _zo in (("fzoo", _FZOO), ("antithetic", _ANTI)):
     ROWS[_name] = ("mobiedit", {"zo": _zo, "quant": _W8A16})
     ROWS[f"{_name}-float"] = ("mobiedit", {"zo": _zo, "quant": {"scheme": "none"}})
@@ -169,7 +171,7 @@ def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ..
     ``model_dir``'s profile (:func:`mobiedit.profile.profile_settings`), the row's overrides, then
     ``sets``, each merged over the last. A setting the row's config does not have raises a
     ConfigError naming the dotted key."""
-    from .config_io import from_dict, merge
+    from .config_io import merge
     from .editing.config import ROMEConfig
     from .methods.mobiedit import MobiEditConfig
 

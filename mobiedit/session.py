@@ -217,9 +217,11 @@ def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | Non
 #: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`;
 #: a batch edit's batch and its size, :mod:`mobiedit.batch`; a search stopped on the written verdict,
 #: ``stop_on`` "written", its checks and refusals — summed over a ladder's rungs, as the bundle's;
-#: a spread edit's layer count and which part of it the entry is, :mod:`mobiedit.spread`)
+#: a spread edit's layer count and which part of it the entry is, :mod:`mobiedit.spread`; a
+#: forward-only edit's search: its ZO settings, success rule and forward scheme, as a bundle edit's)
 JOURNALED_CONFIG = ("clamp_norm_factor", "ladder_tries", "ladder_warm", "batch", "batch_size", "stop_on",
-                    "written_checks", "written_refused", "spread", "spread_part")
+                    "written_checks", "written_refused", "spread", "spread_part", "zo", "success_fraction",
+                    "success_nll", "quant")
 
 
 def journal_config(out: EditOutcome) -> dict:

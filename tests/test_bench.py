@@ -26,6 +26,8 @@ def test_every_row_is_a_valid_config():
     assert row_config("paper-check", 1, 0).early_stop is True
     fast, ship = row_config("fzoo-lr2", 1, 0), row_config("fzoo", 1, 0)
     assert fast.zo.lr == 2.0 and dataclasses.replace(fast.zo, lr=ship.zo.lr) == ship.zo  # only the lr differs
+    fast16, ship16 = row_config("fzoo-lr2-bf16", 1, 0), row_config("fzoo-bf16", 1, 0)
+    assert fast16.zo == fast.zo and fast16.quant == ship16.quant and fast16.quant.scheme == "bf16"
 
 
 def test_row_spec_parsing_and_errors():

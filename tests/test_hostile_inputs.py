@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mobiedit.errors import BundleError, ConfigError, FileSystemError, JournalError, ModelLoadError, RequestError
+from mobiedit.errors import BundleError, FileSystemError, JournalError, ModelLoadError, RequestError
 from mobiedit.export.bundle import read_manifest
 from tools.reliability.fuzz_hostile import DEEP, HUGE_INT, valid_manifest
 
@@ -335,6 +335,13 @@ def test_cli_prints_a_hostile_case_id_escaped(tmp_path, tiny_llama_dir):
 def test_run_refuses_a_negative_token_count_and_never_creates_the_journal(tmp_path):
     line = _one_error(_cli("run", str(tmp_path / "absent"), "--prompt", "hi", "--max-new-tokens", "-5"))
     assert "--max-new-tokens" in line and "-5" in line
+
+
+def test_run_refuses_an_empty_or_blank_prompt_by_name(kill_bundle_base):
+    """An empty prompt would generate from the start token alone: refused, naming the field."""
+    for prompt, what in (("", "empty"), (" \n\t", "whitespace")):
+        line = _one_error(_cli("run", str(kill_bundle_base), "--prompt", prompt, "--max-new-tokens", "2"))
+        assert "prompt" in line and what in line and "fix" in line, line
 
 
 def test_run_is_a_reader_it_never_creates_a_missing_journal(tmp_path, kill_bundle_base):

@@ -132,7 +132,12 @@ def test_mobiedit_stop_on_written_searches_past_a_write_that_fails(tiny_llama_di
     monkeypatch.setattr(driver, "edit_holds", lambda full, fraction: True)
     monkeypatch.setattr(driver, "within_margin", lambda *args: True)
     out = run_method(lm, REQ, cfg, ctx)
-    assert out.config == {"stop_on": "written", "written_checks": 2, "written_refused": 1}
+    assert out.config == {"stop_on": "written", "written_checks": 2, "written_refused": 1,
+                          **me.search_provenance(cfg)}
+    from mobiedit.session import journal_config
+
+    rec = journal_config(out)  # a journal entry records the search that made it, as a bundle edit's does
+    assert rec["zo"] == z.as_dict() and rec["quant"] == "w8a16" and rec["success_nll"] == cfg.success_nll
     assert out.loop_succeeded and out.succeeded and out.write["holds"] and out.status == "SUCCESS_CHECK"
     # the delta-independent part measured once per search; the found delta's verdict is the session's
     # (not asked again: two judge calls in all) and its figures are the edited model's

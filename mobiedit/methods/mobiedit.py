@@ -159,9 +159,17 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
                        sequences=found.sequences, forward_calls=found.calls + 2 + extra,
                        backward_calls=0, wall_time=time.perf_counter() - t0, losses=found.losses, seed=cfg.zo.seed,
                        key=key, distinct_evals=found.distinct_evals, loop_holds=found.holds, delta=found.delta,
-                       config={"stop_on": found.stop_on, "written_checks": found.confirms,
-                               "written_refused": found.refused} if confirm is not None else {},
+                       config={**search_provenance(cfg),
+                               **({"stop_on": found.stop_on, "written_checks": found.confirms,
+                                   "written_refused": found.refused} if confirm is not None else {})},
                        write=checked.as_dict() if checked is not None else {})
+
+
+def search_provenance(cfg: MobiEditConfig) -> dict:
+    """What a journal entry records of the search that made it, as a bundle edit's entry does
+    (``export.ops``): the ZO settings, the success rule and the forward the search ran on."""
+    return {"zo": cfg.zo.as_dict(), "success_fraction": cfg.success_fraction, "success_nll": cfg.success_nll,
+            "quant": cfg.quant.scheme}
 
 
 class _WrittenStop:
