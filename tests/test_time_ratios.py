@@ -25,7 +25,9 @@ def test_ratios_are_of_means_and_per_request_on_shared_requests(tmp_path):
     assert "| 4.50 | 4.50 | 0.300; 0.350 | 40 | 0.113 | 100 |" in line, line
 
 
-def test_an_unknown_reference_row_is_named(tmp_path):
+def test_an_unknown_reference_row_or_an_empty_folder_is_named(tmp_path):
+    out = subprocess.run([sys.executable, str(TOOL), str(tmp_path), "--ref", "rome"], capture_output=True, text=True)
+    assert out.returncode != 0 and "no row logs" in out.stderr and "Traceback" not in out.stderr
     _log(tmp_path, "rome", {"a": 1.0})
     out = subprocess.run([sys.executable, str(TOOL), str(tmp_path), "--ref", "rome-lean"], capture_output=True, text=True)
     assert out.returncode != 0 and "--ref rome-lean" in out.stderr and "Traceback" not in out.stderr

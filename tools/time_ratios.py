@@ -40,6 +40,8 @@ def resolve_ref(rows: dict[str, dict[str, dict]], ref: str) -> str:
 
 def ratio_table(rows: dict[str, dict[str, dict]], refs: list[str]) -> list[str]:
     """The Markdown lines of the table (see the module docstring)."""
+    if not rows:
+        raise SystemExit("no row logs (row-*.jsonl) in the run folder: pass a `mobiedit bench --out` folder")
     refs = [resolve_ref(rows, r) for r in refs]
     cases = sorted(set.intersection(*(set(r) for r in rows.values())))
     if not cases:
