@@ -38,8 +38,18 @@ SHAPES: dict[str, tuple[str, dict]] = {
 }
 
 
-#: the rows a shape run can time: name -> the checkpoint its child loads
-SHAPE_ROWS = {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16"}
+#: the rows a shape run can time: name -> the checkpoint its child loads. The ``-bf16`` rows run
+#: their loop on bf16 matmuls (``QuantConfig("bf16")``, a loop scheme, not a checkpoint format) with
+#: the head stored bf16 as in the pre-quantized checkpoint: they load the fp32 checkpoint and search
+#: on a bf16 copy of it, so their peak RSS is the desktop emulation's (float model + bf16 copy), not
+#: a phone's; their s/step is the figure they add.
+SHAPE_ROWS = {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16",
+              "rome-lean-bf16": "fp32", "mobiedit-bf16": "fp32"}
+
+#: the ratio pairs (A, B) reported as A/B when both rows ran; same precision pairs beside ROME's
+RATIO_PAIRS = (("mobiedit", "rome"), ("mobiedit", "rome-lean"), ("rome-lean", "rome"),
+               ("mobiedit-bf16", "rome"), ("mobiedit-bf16", "rome-lean-bf16"), ("rome-lean-bf16", "rome"),
+               ("mobiedit-bf16", "mobiedit"))
 
 BUILD_SEED = 0  # random-init weights of the benchmark model (in the build child only)
 
@@ -83,10 +93,17 @@ def shape_config(row: str, layer: int, steps: int):
     from .recipes import FZOO
     import dataclasses
 
-    if row in ("rome", "rome-lean"):
-        return ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False, prefix_reuse=row == "rome-lean")
+    if row not in SHAPE_ROWS:
+        raise ConfigError(f"unknown row {row!r}", where="--rows", fix=f"use rows from {list(SHAPE_ROWS)}")
+    base, bf16 = row.removesuffix("-bf16"), row.endswith("-bf16")
+    if base in ("rome", "rome-lean"):
+        quant = {"quant": QuantConfig("bf16", head_dtype="bfloat16")} if bf16 else {}  # else: the weights it loads
+        return ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False,
+                          prefix_reuse=base == "rome-lean", **quant)
     zo = dataclasses.replace(FZOO.zo, max_steps=steps, max_evals=10**6, check_every=10**6)
-    return MobiEditConfig(layer=layer, zo=zo, quant=QuantConfig("w8a16"), early_stop=False, mom2_adjustment=False)
+    quant = QuantConfig("bf16", head_dtype="bfloat16") if bf16 else QuantConfig("w8a16")  # w8a16: the checkpoint's
+    return MobiEditConfig(layer=layer, zo=zo, quant=quant, early_stop=False,
+                          mom2_adjustment=False)
 
 
 def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
@@ -215,11 +232,11 @@ def run_prefix_child(folder: Path, layer: int, K: int, reps: int, workdir: Path)
 
 def shape_ratios(rows: dict) -> dict:
     """``"A/B"`` -> peak RSS, peak RSS net of the Python runtime and wall time per step of row A
-    over row B, for every pair measured of mobiedit over rome and rome-lean, rome-lean over rome;
+    over row B, for every pair of :data:`RATIO_PAIRS` whose rows both ran;
     ``same_run`` says whether both rows were timed in one run (rows resumed from an earlier run's
     ``OUT.rows/`` keep their memory figures, but their wall ratio is not a measurement)."""
     out = {}
-    for a, b in (("mobiedit", "rome"), ("mobiedit", "rome-lean"), ("rome-lean", "rome")):
+    for a, b in RATIO_PAIRS:
         if a in rows and b in rows:
             ra, rb = rows[a], rows[b]
             out[f"{a}/{b}"] = {"peak_rss": ra["peak_rss_mb"] / rb["peak_rss_mb"],
@@ -270,7 +287,7 @@ def cmd_bench_shape(args) -> int:
         if not res["ratios"]["mobiedit/rome"]["same_run"]:
             res["wall_ratio_mobiedit_over_rome_per_step"] = None
     for m, r in rows.items():
-        print(f"{m:<9} peak RSS {r['peak_rss_mb']:8.0f} MB (runtime {r['runtime_rss_mb']:.0f} MB before weights, "
+        print(f"{m:<14} peak RSS {r['peak_rss_mb']:8.0f} MB (runtime {r['runtime_rss_mb']:.0f} MB before weights, "
               f"{r['after_load_rss_mb']:.0f} MB after load)  {r['wall_per_step_s']:.3f} s/step  "
               f"loss evals {r['loss_evals']}  backward {r['backward_calls']}")
     print(f"checkpoints: fp32 {sizes['fp32']:.0f} MB, w8a16 {sizes['w8a16']:.0f} MB")

@@ -2,11 +2,14 @@
 the ratios between them; the 3B shape is Qwen2.5-3B's size. The timed run itself is a benchmark."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from mobiedit.bench_shape import SHAPE_ROWS, SHAPES, shape_config, shape_ratios
 from mobiedit.errors import ConfigError
+from mobiedit.forward.quant import QuantConfig
 from mobiedit.recipes import FZOO
 
 
@@ -15,7 +18,19 @@ def test_rows_share_one_step_count_and_lean_backprop_is_rome_on_the_prefix_graph
     assert (rome.steps, lean.steps, mob.zo.max_steps) == (3, 3, 3) and not mob.early_stop
     assert lean.prefix_reuse and not rome.prefix_reuse and rome.early_loss == lean.early_loss == 0.0
     assert mob.zo.estimator == FZOO.zo.estimator and mob.zo.n_dirs == FZOO.zo.n_dirs and mob.zo.lr == FZOO.zo.lr
-    assert SHAPE_ROWS == {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16"}  # lean: MobiEdit's weights
+    assert {r: SHAPE_ROWS[r] for r in ("rome", "rome-lean", "mobiedit")} == {
+        "rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16"}  # lean: MobiEdit's weights
+    assert rome.quant.scheme == lean.quant.scheme == "none" and mob.quant.scheme == "w8a16"
+
+
+def test_bf16_rows_are_the_same_searches_on_bf16_matmuls_of_the_float_checkpoint():
+    lean, mob = shape_config("rome-lean", 5, 3), shape_config("mobiedit", 5, 3)
+    lean16, mob16 = shape_config("rome-lean-bf16", 5, 3), shape_config("mobiedit-bf16", 5, 3)
+    assert lean16.quant == mob16.quant == QuantConfig("bf16", head_dtype="bfloat16")  # the head as the int8 checkpoint's
+    assert SHAPE_ROWS["rome-lean-bf16"] == SHAPE_ROWS["mobiedit-bf16"] == "fp32"  # bf16 is a loop scheme
+    assert dataclasses.replace(lean16, quant=lean.quant) == lean and dataclasses.replace(mob16, quant=mob.quant) == mob
+    with pytest.raises(ConfigError, match="--rows"):
+        shape_config("mobiedit-fp16", 5, 3)
 
 
 def test_ratios_pair_every_measured_row():
@@ -24,6 +39,9 @@ def test_ratios_pair_every_measured_row():
     assert r["mobiedit/rome"] == {"peak_rss": 0.25, "peak_rss_net_of_runtime": 0.25, "wall_per_step": 0.25, "same_run": True}
     assert r["mobiedit/rome-lean"]["wall_per_step"] == 0.5 and r["rome-lean/rome"]["peak_rss"] == 0.5
     assert list(shape_ratios({"rome": row(1, 1, 1), "mobiedit": row(1, 1, 1)})) == ["mobiedit/rome"]
+    r = shape_ratios({"rome": row(400, 200, 2.0), "rome-lean-bf16": row(300, 100, 0.5), "mobiedit-bf16": row(200, 50, 1.0)})
+    assert sorted(r) == ["mobiedit-bf16/rome", "mobiedit-bf16/rome-lean-bf16", "rome-lean-bf16/rome"]
+    assert r["mobiedit-bf16/rome-lean-bf16"]["wall_per_step"] == 2.0  # the same precision's backprop row
 
 
 def test_shapes_have_their_models_sizes():

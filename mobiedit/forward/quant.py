@@ -58,11 +58,50 @@ def float_islands(model: torch.nn.Module, family: Family, layer: int | Sequence[
 
 
 def quantized_copy(model: torch.nn.Module, family: Family, layer: int | Sequence[int], cfg: QuantConfig) -> torch.nn.Module:
-    """A quantized deep copy of ``model`` (``model`` itself for ``none``); ``model`` is untouched."""
+    """A quantized deep copy of ``model`` (``model`` itself for ``none``); ``model`` is untouched.
+
+    The copy never holds a float duplicate of a matrix it quantizes: those weights enter the copy
+    as ``model``'s own tensors (:func:`replaced_weights`) and are then replaced, one module at a
+    time, by new quantized (or narrowed) tensors — so building it costs the float model plus the
+    quantized copy, not twice the float model. A float head and token embedding (which no edit
+    writes) stay ``model``'s own tensors; every other tensor of the copy is its own (the edited
+    ``mlp_out`` island in particular, which :meth:`~mobiedit.session.EditSession.sync_forward` writes).
+    """
     if cfg.scheme == "none" and cfg.head_dtype == "float32":
         return model
-    q = quantize_inplace(copy.deepcopy(model), family, layer, cfg)
-    return narrow_head(q, family, head_dtype_of(cfg.head_dtype, "quant.head_dtype"))
+    head_dtype = head_dtype_of(cfg.head_dtype, "quant.head_dtype")
+    replaced = replaced_weights(model, family, layer, cfg)
+    shared = replaced + ([] if head_dtype != torch.float32 else read_only_weights(model, family))
+    q = quantize_inplace(copy.deepcopy(model, {id(w): w for w in shared}), family, layer, cfg)
+    q = narrow_head(q, family, head_dtype)
+    left = {id(w) for w in replaced} & {id(p) for p in q.parameters()}
+    if left:  # a weight the copy was to replace is still the float model's (a family the schemes miss)
+        raise ConfigError(f"{len(left)} weights of the quantized copy are still the float model's",
+                          where="quant.scheme", fix="report this model's family; use quant.scheme none meanwhile")
+    return q
+
+
+def read_only_weights(model: torch.nn.Module, family: Family) -> list[torch.nn.Parameter]:
+    """The weights no edit writes and the search never changes: the LM head's and the token
+    embedding's (one tensor when tied)."""
+    from ..families import get_module
+
+    return [get_module(model, family.lm_head).weight, get_module(model, family.embed).weight]
+
+
+def replaced_weights(model: torch.nn.Module, family: Family, layer: int | Sequence[int],
+                     cfg: QuantConfig) -> list[torch.nn.Parameter]:
+    """The weights of ``model`` that :func:`quantized_copy` replaces in its copy: every linear
+    weight outside the float islands (for a scheme other than ``none``), and the head and token
+    embedding when ``cfg.head_dtype`` narrows them."""
+    out = []
+    if cfg.scheme != "none":
+        keep = float_islands(model, family, layer)
+        out += [m.weight for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n not in keep
+                and not (cfg.scheme == "bf16" and m.weight.dtype == torch.bfloat16)]  # bf16_matmuls skips those
+    if cfg.head_dtype != "float32":
+        out += read_only_weights(model, family)
+    return out
 
 
 def quantize_inplace(q: torch.nn.Module, family: Family, layer: int | Sequence[int], cfg: QuantConfig) -> torch.nn.Module:
@@ -107,7 +146,10 @@ def bf16_matmuls(q: torch.nn.Module, keep: set[str]) -> torch.nn.Module:
         if not isinstance(mod, torch.nn.Linear) or fqn in keep or mod.weight.dtype == torch.bfloat16:
             continue
         mod.out_dtype = mod.weight.dtype
-        mod.to(torch.bfloat16)
+        with torch.no_grad():  # new tensors (not ``Module.to``, which would rewrite a shared weight's data)
+            for name in ("weight", "bias"):
+                if (p := getattr(mod, name, None)) is not None:
+                    setattr(mod, name, torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=p.requires_grad))
         mod.register_forward_pre_hook(_to_bf16)
         mod.register_forward_hook(_to_input_dtype)
         n += 1
