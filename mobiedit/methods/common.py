@@ -12,7 +12,7 @@ from ..families import Family
 from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.config import ContextConfig
-from ..editing.context import generate_context_templates
+from ..editing.template_cache import cached_context_templates
 from ..editing.stats import cached_second_moment
 
 log = logging.getLogger(__name__)
@@ -68,12 +68,13 @@ class ModelContext:
 def prepare_context(lm: LoadedModel, layers: list[int], context: ContextConfig, stats_texts: list[str] | None,
                     generator: torch.Generator, progress: bool = False,
                     stats_source: dict | None = None) -> ModelContext:
-    """Generate context templates (from ``generator``) and load/compute C for each layer.
+    """Generate context templates (from ``generator``; cached per model, tokenizer, config and
+    generator state: :mod:`mobiedit.editing.template_cache`) and load/compute C for each layer.
 
     ``stats_texts`` None disables the mom2 adjustment (C = I, ROME's ``mom2_adjustment=False``);
     ``stats_source`` (corpus name, version, licence) is recorded in the statistics cache.
     """
-    templates = generate_context_templates(lm.model, lm.tokenizer, context, generator)
+    templates = cached_context_templates(lm.model, lm.tokenizer, context, generator, Path(lm.path))
     ctx = ModelContext(templates=templates)
     if stats_texts is not None:
         for layer in layers:
