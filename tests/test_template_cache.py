@@ -69,3 +69,13 @@ def test_the_tokenizer_is_part_of_the_key(lm, tmp_path):
     cfg_file.write_text(cfg_file.read_text().replace("{", '{"x_note": 1, ', 1))
     assert tc.templates_path(other, CFG, g) != tc.templates_path(lm.path, CFG, g)
     assert tc.templates_path(tmp_path, CFG, g) is None  # no weights: nothing to key on, no cache
+
+
+def test_an_unwritable_cache_costs_the_next_run_not_this_edit(tiny_llama_dir, tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("MOBIEDIT_CACHE", str(blocker))
+    lm = load_model(tiny_llama_dir)
+    want = generate_context_templates(lm.model, lm.tokenizer, CFG, torch.Generator().manual_seed(1))
+    assert tc.cached_context_templates(lm.model, lm.tokenizer, CFG, torch.Generator().manual_seed(1), lm.path) == want
+    assert "not cached" in caplog.text

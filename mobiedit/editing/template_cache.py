@@ -84,8 +84,11 @@ def cached_context_templates(model, tok, context: ContextConfig, generator: torc
             return templates
     templates = generate_context_templates(model, tok, context, generator)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"format": FORMAT, "templates": templates,
-                                            "rng_after": base64.b64encode(_rng_bytes(generator)).decode()}))
-        log.info("context templates cached at %s", path)
+        doc = {"format": FORMAT, "templates": templates, "rng_after": base64.b64encode(_rng_bytes(generator)).decode()}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(doc))
+            log.info("context templates cached at %s", path)
+        except OSError as exc:  # an unwritable cache costs the next run the generation, not this edit
+            log.warning("context templates not cached (%s): %s", path, exc)
     return templates
