@@ -5,7 +5,10 @@ shape. MobiEdit's and rome-lean's children load a pre-quantized checkpoint (``mo
 int8 weights, the edit layer's MLP output float, the LM head stored bf16 and computed fp32), as a
 phone holds its model; rome-lean backprops through the prefix graph of those same weights (layers
 after the edit layer, positions from the subject on, no weight gradients). ROME's child loads the
-fp32 checkpoint. Every child fixes glibc's mmap threshold (:func:`mobiedit.rss.return_freed_memory`).
+fp32 checkpoint. Every child fixes glibc's mmap threshold (:func:`mobiedit.rss.return_freed_memory`)
+unless ``--malloc glibc``: the fixed threshold makes peak RSS live memory but slows every large
+allocation (a forward-only step more than a backprop one), so time and memory can be read from a
+run of each mode.
 
 Shapes are data (HF config kwargs per name); the tokenizer is one trained on the bundled prompts.
 """
@@ -106,7 +109,7 @@ def shape_config(row: str, layer: int, steps: int):
                           mom2_adjustment=False)
 
 
-def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
+def _child(method: str, folder: str, layer: int, steps: int, out: str, malloc: str = "fixed") -> None:
     """One edit of row ``method`` in this (spawned) process. ``folder`` is the checkpoint of
     :data:`SHAPE_ROWS`: fp32 for ROME, the pre-quantized one (`mobiedit quantize`) — the model a
     phone would hold — for the others."""
@@ -122,7 +125,7 @@ def _child(method: str, folder: str, layer: int, steps: int, out: str) -> None:
     from .rss import return_freed_memory
 
     quiet_libraries()
-    malloc_tuned = return_freed_memory()  # every row's child alike
+    malloc_tuned = return_freed_memory() if malloc == "fixed" else False  # every row's child alike
     req = load_requests(bundled_path("counterfact-edit-1k.json"))[0]
     base = _rss_mb()  # the interpreter + torch + transformers, before any weight
     lm = load_model(folder)
@@ -168,18 +171,20 @@ def _spawn(target, args: tuple, what: str) -> None:
         raise ConfigError(f"{what} child failed (exit {code})", where="bench-shape", fix="rerun with -v")
 
 
-def run_child(method: str, folder: Path, layer: int, steps: int, workdir: Path) -> dict:
+def run_child(method: str, folder: Path, layer: int, steps: int, workdir: Path, malloc: str = "fixed") -> dict:
     out = workdir / f"{method}.json"
-    _spawn(_child, (method, str(folder), layer, steps, str(out)), method)
+    _spawn(_child, (method, str(folder), layer, steps, str(out), malloc), method)
     return json.loads(out.read_text())
 
 
-def row_identity(shape: str, row: str, layer: int, steps: int) -> dict:
-    """What a saved row must match to be reused: shape, row, layer, steps and the row's method config."""
+def row_identity(shape: str, row: str, layer: int, steps: int, malloc: str = "fixed") -> dict:
+    """What a saved row must match to be reused: shape, row, layer, steps, the row's method config
+    and the allocator mode (``fixed``, the default, adds no key: rows saved before the mode existed)."""
     import dataclasses
 
     cfg = json.loads(json.dumps(dataclasses.asdict(shape_config(row, layer, steps)), default=str))
-    return {"shape": shape, "shape_config": SHAPES[shape][1], "row": row, "layer": layer, "steps": steps, "config": cfg}
+    return {"shape": shape, "shape_config": SHAPES[shape][1], "row": row, "layer": layer, "steps": steps, "config": cfg} | (
+        {} if malloc == "fixed" else {"malloc": malloc})
 
 
 def rows_dir_for(out: str | None) -> Path | None:
@@ -268,17 +273,19 @@ def cmd_bench_shape(args) -> int:
         ckpt = {"fp32": folder, "w8a16": qfolder}
         rows = {}
         for row in names:
-            ident = row_identity(args.shape, row, args.layer, args.steps)
+            ident = row_identity(args.shape, row, args.layer, args.steps, args.malloc)
             if (got := saved_row(rows_dir, ident)) is not None:
                 log.warning("bench-shape row %s: reusing %s (timed in run %s)", row, rows_dir, got.get("run_id"))
                 rows[row] = got
                 continue
             log.warning("bench-shape row %s (%d steps)...", row, args.steps)
-            rows[row] = run_child(row, ckpt[SHAPE_ROWS[row]], args.layer, args.steps, Path(tmp)) | {"run_id": run_id}
+            rows[row] = run_child(row, ckpt[SHAPE_ROWS[row]], args.layer, args.steps, Path(tmp), args.malloc) | {
+                "run_id": run_id}
             if rows_dir:
                 save_row(rows_dir, ident, rows[row])
         prefix = run_prefix_child(folder, args.layer, args.prefix_k, args.prefix_reps, Path(tmp)) if args.prefix_k else []
-    res = {"shape": args.shape, "config": SHAPES[args.shape][1], "layer": args.layer, "steps": args.steps, "rows": rows,
+    res = {"shape": args.shape, "config": SHAPES[args.shape][1], "layer": args.layer, "steps": args.steps,
+           "malloc": args.malloc, "rows": rows,
            "checkpoint_mb": sizes, "ratios": shape_ratios(rows), "prefix": prefix}
     if "mobiedit" in rows:  # the keys of earlier runs' JSON
         res |= {k: res["ratios"]["mobiedit/rome"][v] for k, v in (
@@ -290,7 +297,9 @@ def cmd_bench_shape(args) -> int:
         print(f"{m:<14} peak RSS {r['peak_rss_mb']:8.0f} MB (runtime {r['runtime_rss_mb']:.0f} MB before weights, "
               f"{r['after_load_rss_mb']:.0f} MB after load)  {r['wall_per_step_s']:.3f} s/step  "
               f"loss evals {r['loss_evals']}  backward {r['backward_calls']}")
-    print(f"checkpoints: fp32 {sizes['fp32']:.0f} MB, w8a16 {sizes['w8a16']:.0f} MB")
+    print(f"checkpoints: fp32 {sizes['fp32']:.0f} MB, w8a16 {sizes['w8a16']:.0f} MB; allocator: "
+          + ("mmap threshold fixed at 1 MiB (peak RSS = live memory)" if args.malloc == "fixed"
+             else "glibc's own threshold (peak RSS includes freed blocks it keeps)"))
     for pair, r in res["ratios"].items():
         wall = (f"per-step wall ratio {r['wall_per_step']:.3f}" if r["same_run"]
                 else "no wall ratio (the rows were timed in different runs)")
@@ -316,6 +325,11 @@ def register(sub) -> None:
     sp.add_argument("--prefix-reps", type=int, default=2, help="timed calls per graph (median)")
     sp.add_argument("--rows", default="rome,rome-lean,mobiedit",
                     help=f"comma-separated rows from {list(SHAPE_ROWS)} (rome is the ratios' base)")
+    sp.add_argument("--malloc", choices=("fixed", "glibc"), default="fixed",
+                    help="fixed (default): every child fixes glibc's mmap threshold at 1 MiB, so freed tensors leave "
+                    "the RSS (peak RSS = live memory; each large allocation then costs an mmap, slowing steps); "
+                    "glibc: the allocator's own dynamic threshold (faster steps, peak RSS includes freed blocks "
+                    "glibc keeps). Time from one run, memory from the other, or read both")
     sp.add_argument("--out", help="JSON output file; each finished row is also kept in OUT.rows/ and a rerun "
                     "with the same shape, layer and steps reuses it (memory figures; wall ratios only within one run)")
     sp.set_defaults(fn=cmd_bench_shape)

@@ -80,3 +80,11 @@ def test_a_stopped_run_resumes_its_finished_rows_and_says_which_wall_ratios_are_
     mob = {"peak_rss_mb": 100, "peak_minus_runtime_mb": 50, "wall_per_step_s": 0.5}
     assert shape_ratios({"rome": row, "mobiedit": mob | {"run_id": "a"}})["mobiedit/rome"]["same_run"]
     assert not shape_ratios({"rome": row, "mobiedit": mob | {"run_id": "b"}})["mobiedit/rome"]["same_run"]
+
+
+def test_the_allocator_mode_is_part_of_a_saved_rows_identity():
+    from mobiedit.bench_shape import row_identity
+
+    fixed = row_identity("qwen2-tiny", "mobiedit", 1, 2)
+    assert row_identity("qwen2-tiny", "mobiedit", 1, 2, "fixed") == fixed and "malloc" not in fixed  # rows saved before
+    assert row_identity("qwen2-tiny", "mobiedit", 1, 2, "glibc") == fixed | {"malloc": "glibc"}
