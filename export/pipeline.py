@@ -64,16 +64,19 @@ def resolve_layer(model_dir: Path, layer: int | None) -> int:
 
 
 def key_inverse(lm: LoadedModel, layer: int, cfg: ExportConfig) -> torch.Tensor:
-    """(C + ridge·mean(diag C)·I)⁻¹ of the edit layer's keys in float32, or I without mom2."""
+    """(C + ridge·mean(diag C)·I)⁻¹ of the edit layer's keys in float32, or I without mom2. C is the
+    eager path's (:func:`~mobiedit.editing.stats.cached_second_moment`: the same texts give the same
+    cache entry), computed with the model's own attention, before :func:`prepare` switches it."""
     d_in = model_dims(lm.model, lm.family, layer).d_in
     if not cfg.edit.mom2:
         return torch.eye(d_in)
-    from mobiedit.editing.stats import second_moment
-    from mobiedit.stats_corpus import stats_texts_for
+    from mobiedit.editing.stats import cached_second_moment
+    from mobiedit.stats_corpus import stats_corpus_for
 
-    texts = stats_texts_for(lm)
-    texts = texts[: cfg.edit.stats_limit] if cfg.edit.stats_limit else texts
-    c = second_moment(lm.model, lm.family, layer, lm.tokenizer, texts).double()
+    corpus = stats_corpus_for(lm)
+    texts = corpus.texts[: cfg.edit.stats_limit] if cfg.edit.stats_limit else corpus.texts
+    c = cached_second_moment(lm.model, lm.family, layer, lm.tokenizer, texts, Path(lm.path),
+                             source=corpus.source).double()
     lam = cfg.edit.ridge * torch.diagonal(c).mean()
     return torch.linalg.inv(c + lam * torch.eye(d_in, dtype=torch.float64)).float()
 
@@ -92,12 +95,14 @@ def check_exportable(family) -> None:
 
 
 def prepare(model_dir: str | Path, cfg: ExportConfig) -> Prepared:
-    """Load the model and compute the per-model edit context (templates, C⁻¹, base weight)."""
-    from mobiedit.editing.context import generate_context_templates
+    """Load the model and compute the per-model edit context (templates, C⁻¹, base weight). The
+    templates and C are the eager path's own (cached: :mod:`mobiedit.editing.template_cache`,
+    :func:`~mobiedit.editing.stats.cached_second_moment`), computed with the model's attention
+    before it is switched to the static one the programs are captured with."""
+    from mobiedit.editing.template_cache import cached_context_templates
 
     lm = load_model(model_dir)
     check_exportable(lm.family)
-    use_static_attention(lm.model)
     layer = resolve_layer(Path(model_dir), cfg.edit.layer)
     if layer >= n_layers(lm.model, lm.family) - 1:
         raise ConfigError(f"layer {layer} leaves no layer after it", where="ExportConfig.edit.layer",
@@ -105,14 +110,15 @@ def prepare(model_dir: str | Path, cfg: ExportConfig) -> Prepared:
     dims = model_dims(lm.model, lm.family, layer)
     check_positions(dims, cfg.inference.max_seq_len + cfg.inference.prefill_chunk, "ExportConfig.inference")
     check_positions(dims, cfg.edit_shapes.tokens, "ExportConfig.edit_shapes")
-    templates = generate_context_templates(lm.model, lm.tokenizer, cfg.edit.context,
-                                           torch.Generator().manual_seed(cfg.edit.seed))
+    templates = cached_context_templates(lm.model, lm.tokenizer, cfg.edit.context,
+                                         torch.Generator().manual_seed(cfg.edit.seed), Path(lm.path))
     if len(templates) + 1 > cfg.edit_shapes.rows:
         raise ConfigError(f"{len(templates)} context templates + 1 KL prompt need {len(templates) + 1} rows",
                           where="ExportConfig.edit_shapes.rows", fix="raise rows or use fewer context templates")
+    c_inv = key_inverse(lm, layer, cfg)
+    use_static_attention(lm.model)
     base = get_module(lm.model, lm.family.mlp_out, layer).weight.detach().clone()
-    return Prepared(lm=lm, layer=layer, dims=dims, templates=templates, c_inv=key_inverse(lm, layer, cfg),
-                    base_weight=base)
+    return Prepared(lm=lm, layer=layer, dims=dims, templates=templates, c_inv=c_inv, base_weight=base)
 
 
 def fit_edit_shapes(prep: Prepared, cfg: ExportConfig, requests: list) -> ExportConfig:
