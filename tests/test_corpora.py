@@ -98,7 +98,7 @@ def test_key_statistics_record_their_corpus(tiny_llama_dir, tmp_path, cache_dir)
     assert corpus.source["name"] == "wikipedia" and corpus.source["licence"] == "CC BY-SA"
     assert corpus.source["package"] == "gensim" and corpus.source["version"] == importlib.metadata.version("gensim")
     c = cached_second_moment(lm.model, lm.family, 0, lm.tokenizer, corpus.texts, folder, source=corpus.source)
-    path = stats_path(folder, 0, corpus.texts)
+    path = stats_path(folder, 0, corpus.texts, lm.family)
     meta = stats_metadata(path)
     n = sum(len(lm.tokenizer(t, truncation=True, max_length=256)["input_ids"]) for t in corpus.texts)
     assert meta["n_tokens"] == n and n >= 3_000 and meta["n_texts"] == len(corpus.texts)
@@ -128,7 +128,7 @@ def test_damaged_key_statistics_cache_is_recomputed(tiny_llama_dir, tmp_path, mo
     # the damage below would pull from under the tensor)
     monkeypatch.setenv("MOBIEDIT_CACHE", str(tmp_path / "cache"))
     c = cached_second_moment(lm.model, lm.family, 0, lm.tokenizer, texts, folder, source={"name": "t"})
-    path = stats_path(folder, 0, texts)
+    path = stats_path(folder, 0, texts, lm.family)
     good = path.read_bytes()
     meta = {"mobiedit": _json.dumps({"source": {"name": "t"}, "n_tokens": 1})}
     bad = tmp_path / "bad.safetensors"

@@ -1,8 +1,9 @@
 """Second-moment statistics C = E[k kᵀ] of the edited matrix's inputs over a text corpus.
 
-Cached as safetensors under the user cache, keyed by the weights' sha256, the layer and the
-corpus hash, so each (model, layer, corpus) is computed once. The file's safetensors metadata
-records where the text came from (name, version, licence: the ``source`` a caller passes), the
+Cached as safetensors under the user cache, keyed by the sha256 of the weights the layer's keys
+depend on (:func:`key_inputs_digest`), the layer and the corpus hash, so each (model, layer,
+corpus) is computed once — also for a saved model edited at that layer. The file's safetensors
+metadata records where the text came from (name, version, licence: the ``source`` a caller passes), the
 token and text counts, the corpus hash and the layer; :func:`stats_metadata` reads it back.
 """
 from __future__ import annotations
@@ -68,10 +69,32 @@ def second_moment_counted(model, family: Family, layer: int, tok, texts: list[st
     return c, n
 
 
-def stats_path(model_dir: Path, layer: int, texts: list[str]) -> Path:
-    """Cache file of the statistics of (model weights, layer, corpus)."""
+def key_inputs_digest(model_dir: Path, family: Family, layer: int) -> str:
+    """sha256 over the checkpoint tensors that decide ``layer``'s keys (what C averages): every tensor
+    outside the decoder layers, the layers below ``layer``, and ``layer``'s own except its ``mlp_out`` —
+    names, dtypes, shapes and bytes; first 16 hex digits. An edit of that ``mlp_out`` (or of any layer
+    above) leaves the keys, C and this digest unchanged, so a saved edited model, re-edited or exported,
+    reads the statistics of the model it came from. Names outside ``family.layers`` are all hashed
+    (a checkpoint named otherwise is keyed whole)."""
+    prefix, edited = family.layers + ".", family.mlp_out.format(layer) + "."
+    h = hashlib.sha256()
+    for p in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(p), framework="pt") as fh:
+            for name in sorted(fh.keys()):
+                idx = name[len(prefix):].split(".", 1)[0] if name.startswith(prefix) else ""
+                if name.startswith(edited) or (idx.isdigit() and int(idx) > layer):
+                    continue
+                t = fh.get_tensor(name)
+                h.update(f"{p.name}:{name}:{t.dtype}:{tuple(t.shape)}".encode())
+                h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()[:16]
+
+
+def stats_path(model_dir: Path, layer: int, texts: list[str], family: Family) -> Path:
+    """Cache file of the statistics of (the weights before ``layer``'s ``mlp_out``, layer, corpus):
+    :func:`key_inputs_digest`."""
     corpus = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
-    return cache_root() / "stats" / f"{weights_digest(model_dir)}_L{layer}_{corpus}.safetensors"
+    return cache_root() / "stats" / f"{key_inputs_digest(model_dir, family, layer)}_L{layer}_{corpus}.safetensors"
 
 
 def stats_metadata(path: Path) -> dict:
@@ -112,7 +135,7 @@ def cached_second_moment(model, family: Family, layer: int, tok, texts: list[str
                          progress: bool = False, source: dict | None = None) -> torch.Tensor:
     """:func:`second_moment`, read from / written to the cache (with its provenance metadata;
     ``source`` names the corpus: name, version, licence — see :func:`stats_metadata`)."""
-    path = stats_path(model_dir, layer, texts)
+    path = stats_path(model_dir, layer, texts, family)
     if path.is_file():
         cached = _read_cached(path)
         if cached is not None:
