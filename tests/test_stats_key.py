@@ -46,3 +46,20 @@ def test_an_edited_copy_reads_the_statistics_of_its_source(tiny_llama_dir, tmp_p
     assert torch.equal(stats.cached_second_moment(lm2.model, lm2.family, 0, lm2.tokenizer, texts, edited), c)
     assert not calls  # a hit: and it is the right C (the keys of layer 0 do not see its down_proj)
     assert torch.allclose(real(lm2.model, lm2.family, 0, lm2.tokenizer, texts)[0], c)
+
+
+def test_a_tied_embedding_saved_under_the_heads_name_is_the_same_tensor(tiny_llama_dir, tmp_path):
+    """safetensors' ``save_model`` (the demo's save of an edited model) keeps ``lm_head.weight`` of a
+    tied pair where the converted checkpoint kept ``model.embed_tokens.weight``."""
+    fam = load_model(tiny_llama_dir).family
+    sd = load_file(str(next(tiny_llama_dir.glob("*.safetensors"))))
+    emb = sd.pop("model.embed_tokens.weight")
+    sd.pop("lm_head.weight", None)
+    digests = []
+    for name, tensor in (("model.embed_tokens.weight", emb), ("lm_head.weight", emb), ("lm_head.weight", emb + 1.0)):
+        folder = tmp_path / f"m{len(digests)}"
+        folder.mkdir()
+        save_file(sd | {name: tensor}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        digests.append(stats.key_inputs_digest(folder, fam, 0))
+    assert digests[0] == digests[1]  # one tensor under either name
+    assert digests[2] != digests[0]  # another embedding is another model

@@ -71,23 +71,30 @@ def second_moment_counted(model, family: Family, layer: int, tok, texts: list[st
 
 def key_inputs_digest(model_dir: Path, family: Family, layer: int) -> str:
     """sha256 over the checkpoint tensors that decide ``layer``'s keys (what C averages): every tensor
-    outside the decoder layers, the layers below ``layer``, and ``layer``'s own except its ``mlp_out`` —
-    names, dtypes, shapes and bytes; first 16 hex digits. An edit of that ``mlp_out`` (or of any layer
-    above) leaves the keys, C and this digest unchanged, so a saved edited model, re-edited or exported,
-    reads the statistics of the model it came from. Names outside ``family.layers`` are all hashed
-    (a checkpoint named otherwise is keyed whole)."""
+    outside the decoder layers, the layers below ``layer``, and ``layer``'s own except its ``mlp_out``;
+    first 16 hex digits. An edit of that ``mlp_out`` (or of any layer above) leaves the keys, C and
+    this digest unchanged, so a saved edited model, re-edited or exported, reads the statistics of the
+    model it came from. Layer tensors count by name, dtype, shape and bytes; the others by dtype, shape
+    and bytes only — a tied embedding saved as ``lm_head.weight`` (safetensors' ``save_model`` keeps
+    either name) is the same tensor. Names outside ``family.layers`` all count (a checkpoint named
+    otherwise is keyed whole)."""
     prefix, edited = family.layers + ".", family.mlp_out.format(layer) + "."
-    h = hashlib.sha256()
+    named, unnamed = hashlib.sha256(), []
     for p in sorted(Path(model_dir).glob("*.safetensors")):
         with safe_open(str(p), framework="pt") as fh:
             for name in sorted(fh.keys()):
-                idx = name[len(prefix):].split(".", 1)[0] if name.startswith(prefix) else ""
-                if name.startswith(edited) or (idx.isdigit() and int(idx) > layer):
+                idx = name[len(prefix):].split(".", 1)[0] if name.startswith(prefix) else None
+                if name.startswith(edited) or (idx is not None and idx.isdigit() and int(idx) > layer):
                     continue
                 t = fh.get_tensor(name)
-                h.update(f"{p.name}:{name}:{t.dtype}:{tuple(t.shape)}".encode())
+                h = named if idx is not None else hashlib.sha256()
+                h.update(f"{name if idx is not None else ''}:{t.dtype}:{tuple(t.shape)}".encode())
                 h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy())
-    return h.hexdigest()[:16]
+                if idx is None:
+                    unnamed.append(h.hexdigest())
+    for d in sorted(set(unnamed)):  # a tied pair stored twice counts once
+        named.update(d.encode())
+    return named.hexdigest()[:16]
 
 
 def stats_path(model_dir: Path, layer: int, texts: list[str], family: Family) -> Path:
