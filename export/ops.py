@@ -34,7 +34,7 @@ from mobiedit.requests import EditRequest
 from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.editing.context import build_edit_inputs
 from mobiedit.editing.update import PROTECTING_RULES, bundle_direction
-from mobiedit.recipes import EditRecipe, SuccessCriterion, check_fraction, check_nll
+from mobiedit.recipes import EditRecipe, SuccessCriterion, check_fraction, check_nll, search_record
 from mobiedit.zo import ZOConfig
 from mobiedit.zo.rank_one import rank_one_factors
 
@@ -249,8 +249,8 @@ def _edit_one(b: Bundle, recipe: Recipe, journal: Journal, keystats: dict, req: 
                                         "loop_succeeded": found.loop_succeeded, "loss_evals": found.loss_evals,
                                         "final_loss": hist[-1] if hist else None,
                                         "written_checks": found.confirms, "written_refused": found.refused},
-                               config={"zo": zcfg.as_dict(), "success_fraction": success_fraction,
-                                       "success_nll": success_nll, "stop_on": stop_on, "runtime": b.runtime, **ladder,
+                               config={**search_record(zcfg, success_fraction, success_nll),
+                                       "stop_on": stop_on, "runtime": b.runtime, **ladder,
                                        **({"repair_of": repair_of} if repair_of is not None else {})},
                                key=found.key)
     log.info("bundle edit %s: %s (applied=%s, %d evals)", req.case_id, found.status, entry is not None, found.loss_evals)

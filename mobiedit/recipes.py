@@ -114,3 +114,10 @@ def bundle_recipe(name: str, where: str) -> EditRecipe:
     if name not in BUNDLE_RECIPES:
         raise ConfigError(f"unknown recipe {str(name)[:40]!r}", where=where, fix=f"use one of {', '.join(BUNDLE_RECIPES)}")
     return BUNDLE_RECIPES[name]
+
+
+def search_record(zo: ZOConfig, success_fraction: float, success_nll: float) -> dict:
+    """What a journal entry records of the forward-only search that made it — the eager path's
+    (:mod:`mobiedit.methods.mobiedit`) and the bundle's (``export.ops``) alike: the ZO settings and
+    the success rule."""
+    return {"zo": zo.as_dict(), "success_fraction": success_fraction, "success_nll": success_nll}

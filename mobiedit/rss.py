@@ -13,14 +13,24 @@ def peak_rss_mb() -> float:
     across ``execve``, so a child spawned by a process that once held a large model would report
     the parent's peak as its own. Elsewhere ``ru_maxrss`` (KiB on Linux/BSD) is the fallback.
     """
+    got = _status_mb("VmHWM")
+    return got if got is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def rss_mb() -> float | None:
+    """This process's resident set now (``VmRSS``, MiB); None where Linux does not report it."""
+    return _status_mb("VmRSS")
+
+
+def _status_mb(key: str) -> float | None:
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) / 1024.0
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return None
 
 
 def return_freed_memory() -> bool:

@@ -56,6 +56,7 @@ def test_a_damaged_entry_is_regenerated_and_replaced(lm, damage, caplog):
     assert tc.cached_context_templates(lm.model, lm.tokenizer, CFG, g2, lm.path) == want
     assert "generating" in caplog.text
     assert json.loads(path.read_text())["templates"] == want  # replaced by a good entry
+    assert tc.cached_entries(lm.path) == [path]
 
 
 def test_the_tokenizer_is_part_of_the_key(lm, tmp_path):

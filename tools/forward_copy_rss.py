@@ -22,11 +22,7 @@ def _child(model: str, layer: int, scheme: str, head_dtype: str, q) -> None:
     from mobiedit.models import load_model
     from mobiedit.quiet import quiet_libraries
     from mobiedit.resolve import model_dir
-    from mobiedit.rss import _leaves, peak_rss_mb, return_freed_memory
-
-    def rss() -> float:
-        with open("/proc/self/status") as f:
-            return next(int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:"))
+    from mobiedit.rss import _leaves, peak_rss_mb, return_freed_memory, rss_mb as rss
 
     quiet_libraries()
     return_freed_memory()

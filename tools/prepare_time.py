@@ -24,8 +24,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from mobiedit.bench_rows import row_config
-    from mobiedit.editing.stats import weights_digest
-    from mobiedit.paths import cache_root
+    from mobiedit.editing.template_cache import cached_entries
     from mobiedit.quiet import quiet_libraries
     from mobiedit.resolve import edit_layer_for, model_dir
     from mobiedit.session import prepare
@@ -33,7 +32,7 @@ def main() -> None:
     quiet_libraries()
     mdir = model_dir(args.model, progress=False)
     if args.cold:
-        for p in (cache_root() / "templates").glob(f"{weights_digest(mdir)}_*.json"):
+        for p in cached_entries(mdir):
             p.unlink()
     from mobiedit.models import load_model
 

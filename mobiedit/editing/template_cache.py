@@ -53,6 +53,11 @@ def templates_path(model_dir: Path, context: ContextConfig, generator: torch.Gen
     return cache_root() / "templates" / f"{weights_digest(model_dir)}_{h.hexdigest()[:16]}.json"
 
 
+def cached_entries(model_dir: str | Path) -> list[Path]:
+    """Every cached template list of the weights in ``model_dir`` (any config, seed or tokenizer)."""
+    return sorted((cache_root() / "templates").glob(f"{weights_digest(Path(model_dir))}_*.json"))
+
+
 def _read(path: Path, context: ContextConfig) -> tuple[list[str], bytes] | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))

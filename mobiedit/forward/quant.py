@@ -97,11 +97,23 @@ def replaced_weights(model: torch.nn.Module, family: Family, layer: int | Sequen
     out = []
     if cfg.scheme != "none":
         keep = float_islands(model, family, layer)
-        out += [m.weight for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n not in keep
-                and not (cfg.scheme == "bf16" and m.weight.dtype == torch.bfloat16)]  # bf16_matmuls skips those
+        out += [m.weight for _, m in quantized_linears(model, keep, cfg.scheme)]
     if cfg.head_dtype != "float32":
         out += read_only_weights(model, family)
     return out
+
+
+def quantizes(mod: torch.nn.Module, fqn: str, keep: set[str], scheme: str) -> bool:
+    """Whether ``scheme`` quantizes module ``fqn``: a linear layer outside the float islands ``keep``
+    (``bf16`` leaves a layer already stored in bf16 as it is). The one rule :func:`quantize_inplace`,
+    :func:`bf16_matmuls` and :func:`replaced_weights` share."""
+    return (isinstance(mod, torch.nn.Linear) and fqn not in keep
+            and not (scheme == "bf16" and mod.weight.dtype == torch.bfloat16))
+
+
+def quantized_linears(model: torch.nn.Module, keep: set[str], scheme: str) -> list[tuple[str, torch.nn.Module]]:
+    """``(fqn, module)`` of every module :func:`quantizes` picks, in module order."""
+    return [(fqn, mod) for fqn, mod in model.named_modules() if quantizes(mod, fqn, keep, scheme)]
 
 
 def quantize_inplace(q: torch.nn.Module, family: Family, layer: int | Sequence[int], cfg: QuantConfig) -> torch.nn.Module:
@@ -120,7 +132,7 @@ def quantize_inplace(q: torch.nn.Module, family: Family, layer: int | Sequence[i
     n = [0]
 
     def pick(mod: torch.nn.Module, fqn: str) -> bool:
-        ok = isinstance(mod, torch.nn.Linear) and fqn not in keep
+        ok = quantizes(mod, fqn, keep, cfg.scheme)
         n[0] += ok
         return ok
 
@@ -142,9 +154,7 @@ def bf16_matmuls(q: torch.nn.Module, keep: set[str]) -> torch.nn.Module:
     pre-hook casts the input, a hook casts the output back to the weight's former dtype. In place;
     returns ``q``."""
     n = 0
-    for fqn, mod in q.named_modules():
-        if not isinstance(mod, torch.nn.Linear) or fqn in keep or mod.weight.dtype == torch.bfloat16:
-            continue
+    for _, mod in quantized_linears(q, keep, "bf16"):
         mod.out_dtype = mod.weight.dtype
         with torch.no_grad():  # new tensors (not ``Module.to``, which would rewrite a shared weight's data)
             for name in ("weight", "bias"):

@@ -25,7 +25,7 @@ from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig, written_layers
 from ..editing.context import EditInputs, build_edit_inputs
-from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll, check_stop_on
+from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll, check_stop_on, search_record
 from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
 from .rome import edit_keys, factors_from_delta, key_model, search_keys
@@ -168,8 +168,7 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
 def search_provenance(cfg: MobiEditConfig) -> dict:
     """What a journal entry records of the search that made it, as a bundle edit's entry does
     (``export.ops``): the ZO settings, the success rule and the forward the search ran on."""
-    return {"zo": cfg.zo.as_dict(), "success_fraction": cfg.success_fraction, "success_nll": cfg.success_nll,
-            "quant": cfg.quant.scheme}
+    return search_record(cfg.zo, cfg.success_fraction, cfg.success_nll) | {"quant": cfg.quant.scheme}
 
 
 class _WrittenStop:
