@@ -27,7 +27,9 @@ def register(subparsers) -> None:
     # every config flag defaults to None: only the flags given are merged over default_export_config
     sp.add_argument("--quant", help="fp32 | 8da8w | 8da4w (executorch) | qdq_a16w8 (onnxruntime); "
                                     "default 8da8w for executorch, qdq_a16w8 for onnxruntime")
-    sp.add_argument("--edit-quant", help="auto | delta | w8 | fp32 | same (edit program; default auto; see docs/export.md)")
+    sp.add_argument("--edit-quant", help="auto | delta | w8 | fp32 | same | nbits (edit program; default auto; nbits: "
+                                         "onnxruntime MatMulNBits, --nbits 4|8 bits in blocks of --group-size; "
+                                         "see docs/export.md)")
     sp.add_argument("--layer", type=int, help="edit layer (default: the model profile's, mobiedit.json)")
     for flag, (section, key) in _INT_FLAGS.items():
         sp.add_argument(f"--{flag}", type=int, help=f"{section}.{key} (default {_default_of(section, key)})")
@@ -84,7 +86,8 @@ _INT_FLAGS = {  # flag -> (ExportConfig section, field)
     "slots": ("inference", "slots"), "edit-k": ("edit_shapes", "K"), "edit-rows": ("edit_shapes", "rows"),
     "edit-suffix": ("edit_shapes", "suffix"), "edit-prefix": ("edit_shapes", "prefix"),
     "edit-targets": ("edit_shapes", "targets"), "edit-kl": ("edit_shapes", "kl"),
-    "stats-limit": ("edit", "stats_limit"),
+    "stats-limit": ("edit", "stats_limit"), "nbits": ("quant", "nbits"), "nbits-head": ("quant", "nbits_head"),
+    "group-size": ("quant", "group_size"),
 }
 
 

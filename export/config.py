@@ -18,7 +18,7 @@ SCHEMES = {"fp32": RUNTIMES, "8da8w": ("executorch",), "8da4w": ("executorch",),
            "qdq_a16w8": ("onnxruntime",)}
 EXTENSIONS = {"executorch": "pte", "onnxruntime": "onnx"}
 #: edit-side (prefix + edit programs) schemes; "auto" picks the shipped one for the inference scheme
-EDIT_SCHEMES = ("auto", "fp32", "w8", "delta", "same")
+EDIT_SCHEMES = ("auto", "fp32", "w8", "delta", "same", "nbits")
 _AUTO_EDIT = {"fp32": "fp32", "8da8w": "delta", "8da4w": "w8", "qdq_a16w8": "qdq_a16w8"}
 
 
@@ -92,8 +92,14 @@ class QuantizeConfig:
     (:class:`~mobiedit.export.quantize.DeltaLinear`; 0.9999 with 8da8w), prefix on the inference
     model — one weight copy. ``w8``: a second copy with int8 weights and float activations
     (0.9999). ``auto`` = the shipped choice: fp32 → fp32, 8da8w → delta, 8da4w → w8 (int4 weights
-    bend the loss surface: delta reaches only 0.97–0.99), qdq_a16w8 → QDQ.
-    group_size: weight group of 8da4w. quantize_lm_head / quantize_embedding: also quantize the
+    bend the loss surface: delta reaches only 0.97–0.99), qdq_a16w8 → QDQ. ``nbits`` (ONNX Runtime
+    only): the prefix and edit programs' constant-weight MatMuls as ONNX Runtime's ``MatMulNBits``
+    with ``nbits``-bit weights in blocks of ``group_size`` (the embedding int8 rows with
+    ``quantize_embedding``), fp32 activations (:mod:`mobiedit.export.onnx_nbits`): the weights stay packed
+    in memory, the lean host of the edit loop.
+    group_size: weight group of 8da4w and block of ``nbits``. nbits: 4 or 8. nbits_head: the LM
+    head's bits under ``nbits`` (0: ``nbits``).
+    quantize_lm_head / quantize_embedding: also quantize the
     inference programs' LM head (a float island by default) / token embedding (int8 rows).
     qdq_ops: ONNX op types that get QDQ nodes; qdq_activation_matmuls: also QDQ MatMuls of two
     activations (attention). calibration_batches: calibration feeds per program for static QDQ.
@@ -103,6 +109,8 @@ class QuantizeConfig:
     scheme: str = "fp32"
     edit_scheme: str = "auto"
     group_size: int = 32
+    nbits: int = 4
+    nbits_head: int = 0
     quantize_lm_head: bool = False
     quantize_embedding: bool = False
     qdq_ops: tuple[str, ...] = ("MatMul", "Gemm")
@@ -118,6 +126,13 @@ class QuantizeConfig:
             raise ConfigError(f"unknown edit scheme {self.edit_scheme!r}", where="ExportConfig.quant.edit_scheme",
                               fix=f"use one of {EDIT_SCHEMES}")
         _int("quant", "group_size", self.group_size, 1)
+        for name, ok in (("nbits", (4, 8)), ("nbits_head", (0, 4, 8))):
+            if getattr(self, name) not in ok:
+                raise ConfigError(f"must be one of {ok}, got {getattr(self, name)!r}", where=f"ExportConfig.quant.{name}",
+                                  fix="use 4 (int4 weights) or 8 (int8 weights)" + (", 0: as nbits" if 0 in ok else ""))
+        if self.edit_scheme == "nbits" and (self.group_size < 16 or self.group_size & (self.group_size - 1)):
+            raise ConfigError(f"the nbits block must be a power of two >= 16, got {self.group_size}",
+                              where="ExportConfig.quant.group_size", fix="use 32 (or 16, 64, 128)")
         _int("quant", "calibration_batches", self.calibration_batches, 1, 1000)
         _int("quant", "check_draws", self.check_draws, 0, 4)
         if isinstance(self.qdq_ops, list):
@@ -224,10 +239,11 @@ class ExportConfig:
                 raise ConfigError(f"must be a {kind.__name__}, got {type(getattr(self, name)).__name__}",
                                   where=f"ExportConfig.{name}", fix=f"build it with {kind.__name__}(...)")
         edit = self.quant.resolved_edit_scheme
-        if edit == "qdq_a16w8" and self.lower.runtime != "onnxruntime" or edit in ("8da8w", "8da4w") and \
+        if edit in ("qdq_a16w8", "nbits") and self.lower.runtime != "onnxruntime" or edit in ("8da8w", "8da4w") and \
                 self.lower.runtime != "executorch":
             raise ConfigError(f"edit scheme {edit!r} cannot be lowered to {self.lower.runtime!r}",
-                              where="ExportConfig.quant.edit_scheme", fix="use 'auto'")
+                              where="ExportConfig.quant.edit_scheme",
+                              fix="use 'auto'" + (" or runtime onnxruntime" if edit == "nbits" else ""))
         if self.edit_shapes.rows < self.edit_shapes.kl + 1:
             raise ConfigError("no row left for rewrite prompts", where="ExportConfig.edit_shapes.rows",
                               fix="rows = context templates + KL prompts")

@@ -149,13 +149,16 @@ def name_outputs(model, names: list[str]) -> None:
         taken.add(want)
 
 
-def save_onnx(model, path: Path) -> int:
-    """Save an ONNX ModelProto, inline below ~1.8 GB else with ``<name>.data`` beside it."""
+def save_onnx(model, path: Path, external: bool = False) -> int:
+    """Save an ONNX ModelProto, inline below ~1.8 GB else with ``<name>.data`` beside it.
+    ``external``: always beside it (ONNX Runtime then maps the weights from the file instead of
+    holding the parsed protobuf and a copy while the session loads: the lean hosts' form)."""
     import onnx
 
-    if model.ByteSize() < _ONNX_INLINE_LIMIT:
+    if not external and model.ByteSize() < _ONNX_INLINE_LIMIT:
         onnx.save_model(model, str(path))
         return path.stat().st_size
     data = path.name + ".data"
+    (path.parent / data).unlink(missing_ok=True)  # onnx appends to an existing data file
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
     return path.stat().st_size + (path.parent / data).stat().st_size

@@ -30,7 +30,8 @@ from .config import ExportConfig
 from .graphs import EditModule, PrefixModule, StepModule
 from .lint import LintConfig, lint_exported, lint_onnx, raise_if_findings
 from .lower import export_graph, to_onnx, to_pte
-from .quantize import DeltaLinear, GatherQuantEmbedding, delta_model, float_islands, quantize_model, weight_only_model
+from .quantize import (DeltaLinear, GatherQuantEmbedding, delta_model, float_islands, nbits_source, quantize_model,
+                       weight_only_model)
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,8 @@ def program_models(prep: Prepared, cfg: ExportConfig) -> dict[str, torch.nn.Modu
         models["prefix"] = models["edit"] = w8
     elif edit in ("8da8w", "8da4w"):
         models["prefix"] = models["edit"] = models["inference"]
+    elif edit == "nbits":
+        models["prefix"] = models["edit"] = nbits_source(base, fam, prep.layer, q)
     return models
 
 
@@ -217,10 +220,13 @@ def lower_programs(eps: dict[str, torch.export.ExportedProgram], modules: dict[s
     for role, ep in eps.items():
         path = folder / f"{role}.onnx"
         inputs, outputs = io[role]
-        if role_scheme(role, cfg) != "qdq_a16w8":
-            to_onnx(ep, path, inputs, outputs, cfg.lower.opset)
-        else:
+        scheme = role_scheme(role, cfg)
+        if scheme == "qdq_a16w8":
             _onnx_qdq(ep, path, inputs, outputs, prep, cfg, (calib or {}).get(role))
+        elif scheme == "nbits":
+            _onnx_nbits(ep, path, inputs, outputs, prep, cfg)
+        else:
+            to_onnx(ep, path, inputs, outputs, cfg.lower.opset)
         out[role] = {"file": path.name, "method": None, "inputs": inputs, "outputs": outputs}
     return out
 
@@ -239,6 +245,21 @@ def _onnx_qdq(ep, path: Path, inputs: list[str], outputs: list[str], prep: Prepa
         to_onnx(ep, fp32, inputs, outputs, cfg.lower.opset)
         np_feeds = [{k: v.detach().cpu().numpy() for k, v in f.items() if k in inputs} for f in feeds]
         info = qdq_quantize(fp32, path, np_feeds, set(islands(prep, cfg)), cfg.quant)
+    if cfg.lower.lint:
+        lcfg = LintConfig(quantized=True, islands=islands(prep, cfg), island_nodes=frozenset(info["excluded"]))
+        raise_if_findings(lint_onnx(onnx.load(str(path)), lcfg), path.stem)
+
+
+def _onnx_nbits(ep, path: Path, inputs: list[str], outputs: list[str], prep: Prepared, cfg: ExportConfig) -> None:
+    """Lower fp32, then block-quantize the weights (:func:`~mobiedit.export.onnx_nbits.nbits_quantize`)."""
+    import onnx
+
+    from .onnx_nbits import nbits_quantize
+
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        fp32 = Path(tmp) / path.name
+        to_onnx(ep, fp32, inputs, outputs, cfg.lower.opset)
+        info = nbits_quantize(fp32, path, set(islands(prep, cfg)), cfg.quant, prep.lm.family.lm_head)
     if cfg.lower.lint:
         lcfg = LintConfig(quantized=True, islands=islands(prep, cfg), island_nodes=frozenset(info["excluded"]))
         raise_if_findings(lint_onnx(onnx.load(str(path)), lcfg), path.stem)

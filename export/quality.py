@@ -8,7 +8,9 @@ Run: ``python -m mobiedit.export.quality --preset default --n 100 --out runs/exp
 to ``OUT/<row>.jsonl`` and a rerun resumes from there. Bundles are exported with ``mobiedit export``'s default
 settings per runtime (8da8w + delta edit program for ExecuTorch, QDQ a16w8 for ONNX Runtime),
 the edit shapes fitted to the N requests (``--fit-requests``), and kept in ``OUT/bundle-<runtime>``
-for reuse while they still take every request.
+for reuse while they still take every request. ``--bundle DIR`` (repeatable) adds rows for bundles
+exported by hand (e.g. ``--edit-quant nbits``; export them with ``--fit-requests`` for the same
+requests); ``--requests FILE --offset O`` picks the requests (default: the bundled CounterFact set).
 """
 from __future__ import annotations
 
@@ -62,14 +64,16 @@ def export_default(model_dir: Path, runtime: str, out: Path, reqs) -> Path:
 
 
 def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
-    """MobiEdit's default (FZOO, W8A16 eager graph, prefix reuse, early stop) on ``reqs``."""
+    """MobiEdit's default (FZOO, W8A16 eager graph, prefix reuse, early stop) on ``reqs``, with the
+    model profile's objective, context and success rule — the settings its bundles ship."""
     import dataclasses
 
     from mobiedit.forward.quant import quantized_copy
     from mobiedit.methods.mobiedit import MobiEditConfig
+    from mobiedit.profile import with_profile
     from mobiedit.session import edit_independent, prepare
 
-    cfg = dataclasses.replace(MobiEditConfig(), layer=layer)
+    cfg = with_profile(dataclasses.replace(MobiEditConfig(), layer=layer), lm.path)
     ctx = prepare(lm, cfg, seed=0)
     fwd = quantized_copy(lm.model, lm.family, layer, cfg.quant)  # once, not per request
     for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc="edit eager w8a16"):
@@ -79,7 +83,7 @@ def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
     return log_.summary("eager-w8a16", [r.case_id for r in reqs])
 
 
-def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
+def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog, name: str | None = None) -> dict:
     """Each request searched through the bundle's programs (empty journal), its factors applied
     to the float HF model's edit weight, scored, and the weight restored bit-exactly."""
     from mobiedit.evaluate import pre_edit_snapshot, score_request
@@ -105,7 +109,7 @@ def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog) -> dict:
         with torch.no_grad():
             weight.copy_(saved)
         log_.add(req.case_id, scores, succeeded=bool(found.succeeded), loss_evals=found.loss_evals, wall_s=wall)
-    return log_.summary(f"bundle-{b.runtime}", [r.case_id for r in reqs])
+    return log_.summary(name or f"bundle-{b.runtime}", [r.case_id for r in reqs])
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -127,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(p)
     p.add_argument("--n", type=int, default=100)
-    p.add_argument("--runtimes", default="executorch,onnxruntime")
+    p.add_argument("--runtimes", default="executorch,onnxruntime",
+                   help="runtimes whose default bundles are exported and scored ('' for none)")
+    p.add_argument("--bundle", action="append", default=[], help="an exported bundle to score too (repeatable)")
+    p.add_argument("--requests", help="request file (default: the bundled CounterFact set)")
+    p.add_argument("--offset", type=int, default=0, help="skip the first requests of the file")
     p.add_argument("--no-eager", action="store_true", help="skip the eager quantized row")
     p.add_argument("--out", default="runs/export_quality")
     p.add_argument("--quiet", action="store_true", help="no training progress bar")
@@ -141,11 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         lm = load_model(model_dir)
-        reqs = load_requests(bundled_path("counterfact-edit-1k.json"))[: args.n]
+        reqs = load_requests(args.requests or bundled_path("counterfact-edit-1k.json"))[args.offset:args.offset + args.n]
         rows = [] if args.no_eager else [eager_row(lm, reqs, layer, RowLog(out / "eager-w8a16.jsonl"))]
         for rt in (x for x in args.runtimes.split(",") if x):
             bundle = export_default(model_dir, rt, out / f"bundle-{rt}", reqs)
             rows.append(bundle_row(lm, reqs, bundle, RowLog(out / f"bundle-{rt}.jsonl")))
+            print(format_rows(rows[-1:]).splitlines()[-1], flush=True)
+        for given in map(Path, args.bundle):
+            rows.append(bundle_row(lm, reqs, given, RowLog(out / f"bundle-{given.name}.jsonl"), f"bundle {given.name}"))
             print(format_rows(rows[-1:]).splitlines()[-1], flush=True)
     except MobiEditError as e:
         print(f"mobiedit.export.quality: error: {e}")

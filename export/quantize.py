@@ -101,6 +101,22 @@ def quantize_model(model: torch.nn.Module, family: Family, layer: int, cfg: Quan
     return counts
 
 
+def nbits_source(model: torch.nn.Module, family: Family, layer: int, cfg: QuantizeConfig) -> torch.nn.Module:
+    """The model ``nbits`` programs are captured from (their MatMuls are block-quantized on the
+    lowered ONNX graph, :mod:`~mobiedit.export.onnx_nbits`): ``model`` itself, or with
+    ``cfg.quantize_embedding`` a copy sharing every parameter whose token embedding is int8 rows
+    (:class:`GatherQuantEmbedding`; ONNX Runtime's block-quantized Gather takes 4 bits only). A
+    tied embedding stays float while the LM head is a float island, as in :func:`quantize_model`."""
+    import copy
+
+    emb, head = get_module(model, family.embed), get_module(model, family.lm_head)
+    if not cfg.quantize_embedding or (head.weight is emb.weight and family.lm_head in float_islands(family, layer, cfg)):
+        return model
+    out = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})  # new modules, the same tensors
+    _replace(out, family.embed, GatherQuantEmbedding(emb.weight))
+    return out
+
+
 class WeightOnlyLinear(torch.nn.Module):
     """``nn.Linear`` with int8 per-output-channel weights and FLOAT activations (w8a32).
 

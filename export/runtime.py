@@ -139,20 +139,12 @@ class OnnxProgram(Program):
     runtime = "onnxruntime"
 
     def __init__(self, path: str | Path, inputs: list[str], outputs: list[str], exact_qdq: bool = False) -> None:
-        """``exact_qdq``: run at ``ORT_ENABLE_BASIC`` so Q/DQ nodes execute as written (the numerics
-        of a 16-bit NPU). The CPU EP's extended fusions replace 16-bit QDQ MatMuls by lower-precision
-        kernels, which on the fact LM dropped the edit losses' correlation with fp32 from ~0.999 to ~0.6."""
+        """``exact_qdq``: Q/DQ nodes run as written (:mod:`~mobiedit.export.ort_session`)."""
         super().__init__(inputs, outputs)
-        import onnxruntime as ort
+        from .ort_session import open_session
 
-        so = ort.SessionOptions()
-        if exact_qdq:
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
         try:
-            self.session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+            self.session = open_session(path, exact_qdq)
         except Exception as e:  # noqa: BLE001 - onnxruntime's own error types (InvalidProtobuf, Fail, ...)
             raise BundleError(f"not a loadable ONNX model ({type(e).__name__}: {' '.join(str(e).split())[:150]})",
                               where=str(path), fix="re-export the bundle (the file is damaged or not .onnx)") from None

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .bench_shape_ort import ORT_ROW
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,16 @@ SHAPES: dict[str, tuple[str, dict]] = {
 #: on a bf16 copy of it, so their peak RSS is the desktop emulation's (float model + bf16 copy), not
 #: a phone's; their s/step is the figure they add.
 SHAPE_ROWS = {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16",
-              "rome-lean-bf16": "fp32", "mobiedit-bf16": "fp32"}
+              "rome-lean-bf16": "fp32", "mobiedit-bf16": "fp32",
+              # the same search on ONNX Runtime nbits programs exported from the fp32 checkpoint, hosted
+              # without torch (:mod:`mobiedit.bench_shape_ort`)
+              "mobiedit-ort": "fp32"}
 
 #: the ratio pairs (A, B) reported as A/B when both rows ran; same precision pairs beside ROME's
 RATIO_PAIRS = (("mobiedit", "rome"), ("mobiedit", "rome-lean"), ("rome-lean", "rome"),
                ("mobiedit-bf16", "rome"), ("mobiedit-bf16", "rome-lean-bf16"), ("rome-lean-bf16", "rome"),
-               ("mobiedit-bf16", "mobiedit"))
+               ("mobiedit-bf16", "mobiedit"), ("mobiedit-ort", "rome"), ("mobiedit-ort", "rome-lean"),
+               ("mobiedit-ort", "mobiedit"))
 
 BUILD_SEED = 0  # random-init weights of the benchmark model (in the build child only)
 
@@ -98,7 +103,7 @@ def shape_config(row: str, layer: int, steps: int):
 
     if row not in SHAPE_ROWS:
         raise ConfigError(f"unknown row {row!r}", where="--rows", fix=f"use rows from {list(SHAPE_ROWS)}")
-    base, bf16 = row.removesuffix("-bf16"), row.endswith("-bf16")
+    base, bf16 = row.removesuffix("-bf16").removesuffix("-ort"), row.endswith("-bf16")
     if base in ("rome", "rome-lean"):
         quant = {"quant": QuantConfig("bf16", head_dtype="bfloat16")} if bf16 else {}  # else: the weights it loads
         return ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False,
@@ -171,20 +176,33 @@ def _spawn(target, args: tuple, what: str) -> None:
         raise ConfigError(f"{what} child failed (exit {code})", where="bench-shape", fix="rerun with -v")
 
 
+def run_ort_row(folder: Path, layer: int, steps: int, workdir: Path, malloc: str, ort: dict) -> dict:
+    """The :data:`ORT_ROW` row: its export child, then its measured child (no torch)."""
+    from .bench_shape_ort import export_child, measured_child
+
+    programs, out = workdir / "ort-programs", workdir / f"{ORT_ROW}.json"
+    _spawn(export_child, (str(folder), layer, ort["bits"], ort["head_bits"], ort["program_K"], str(programs)),
+           f"{ORT_ROW} export")
+    zo = shape_config(ORT_ROW, layer, steps).zo.as_dict()
+    _spawn(measured_child, (str(programs), zo, steps, str(out), malloc), ORT_ROW)
+    return json.loads(out.read_text())
+
+
 def run_child(method: str, folder: Path, layer: int, steps: int, workdir: Path, malloc: str = "fixed") -> dict:
     out = workdir / f"{method}.json"
     _spawn(_child, (method, str(folder), layer, steps, str(out), malloc), method)
     return json.loads(out.read_text())
 
 
-def row_identity(shape: str, row: str, layer: int, steps: int, malloc: str = "fixed") -> dict:
+def row_identity(shape: str, row: str, layer: int, steps: int, malloc: str = "fixed", ort: dict | None = None) -> dict:
     """What a saved row must match to be reused: shape, row, layer, steps, the row's method config
-    and the allocator mode (``fixed``, the default, adds no key: rows saved before the mode existed)."""
+    and the allocator mode (``fixed``, the default, adds no key: rows saved before the mode existed);
+    the ONNX Runtime row also its ``ort`` settings (weight bits, deltas per program call)."""
     import dataclasses
 
     cfg = json.loads(json.dumps(dataclasses.asdict(shape_config(row, layer, steps)), default=str))
     return {"shape": shape, "shape_config": SHAPES[shape][1], "row": row, "layer": layer, "steps": steps, "config": cfg} | (
-        {} if malloc == "fixed" else {"malloc": malloc})
+        {} if malloc == "fixed" else {"malloc": malloc}) | ({"ort": ort} if row == ORT_ROW else {})
 
 
 def rows_dir_for(out: str | None) -> Path | None:
@@ -263,6 +281,7 @@ def cmd_bench_shape(args) -> int:
     if args.shape not in SHAPES:
         raise ConfigError(f"unknown shape {args.shape!r}", where="--shape", fix=f"use one of {sorted(SHAPES)}")
     run_id = f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"  # rows timed in this run share it
+    ort = {"bits": args.ort_bits, "head_bits": args.ort_head_bits or args.ort_bits, "program_K": args.ort_k}
     rows_dir = rows_dir_for(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / args.shape
@@ -273,14 +292,17 @@ def cmd_bench_shape(args) -> int:
         ckpt = {"fp32": folder, "w8a16": qfolder}
         rows = {}
         for row in names:
-            ident = row_identity(args.shape, row, args.layer, args.steps, args.malloc)
+            ident = row_identity(args.shape, row, args.layer, args.steps, args.malloc, ort)
             if (got := saved_row(rows_dir, ident)) is not None:
                 log.warning("bench-shape row %s: reusing %s (timed in run %s)", row, rows_dir, got.get("run_id"))
                 rows[row] = got
                 continue
             log.warning("bench-shape row %s (%d steps)...", row, args.steps)
-            rows[row] = run_child(row, ckpt[SHAPE_ROWS[row]], args.layer, args.steps, Path(tmp), args.malloc) | {
-                "run_id": run_id}
+            if row == ORT_ROW:
+                rows[row] = run_ort_row(folder, args.layer, args.steps, Path(tmp), args.malloc, ort) | {"run_id": run_id}
+            else:
+                rows[row] = run_child(row, ckpt[SHAPE_ROWS[row]], args.layer, args.steps, Path(tmp), args.malloc) | {
+                    "run_id": run_id}
             if rows_dir:
                 save_row(rows_dir, ident, rows[row])
         prefix = run_prefix_child(folder, args.layer, args.prefix_k, args.prefix_reps, Path(tmp)) if args.prefix_k else []
@@ -330,6 +352,12 @@ def register(sub) -> None:
                     "the RSS (peak RSS = live memory; each large allocation then costs an mmap, slowing steps); "
                     "glibc: the allocator's own dynamic threshold (faster steps, peak RSS includes freed blocks "
                     "glibc keeps). Time from one run, memory from the other, or read both")
+    sp.add_argument("--ort-bits", type=int, choices=(4, 8), default=4,
+                    help=f"{ORT_ROW}: weight bits of its ONNX Runtime programs (MatMulNBits, blocks of 32)")
+    sp.add_argument("--ort-head-bits", type=int, choices=(0, 4, 8), default=0,
+                    help=f"{ORT_ROW}: the LM head's weight bits (0: --ort-bits)")
+    sp.add_argument("--ort-k", type=int, default=1,
+                    help=f"{ORT_ROW}: deltas per edit-program call (its logits are K x targets x vocabulary)")
     sp.add_argument("--out", help="JSON output file; each finished row is also kept in OUT.rows/ and a rerun "
                     "with the same shape, layer and steps reuses it (memory figures; wall ratios only within one run)")
     sp.set_defaults(fn=cmd_bench_shape)

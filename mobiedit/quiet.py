@@ -10,7 +10,9 @@ import warnings
 #: "torch.onnx" itself is re-levelled by torch's logging set-up at import; its registration child
 #: (the "torchvision is not installed. Skipping torchvision::nms" lines of every ONNX export) is not
 CHATTY_LOGGERS = ("torchao", "torch._dynamo", "torch.utils._pytree", "torch.onnx",
-                  "torch.onnx._internal.exporter._registration", "transformers")
+                  "torch.onnx._internal.exporter._registration", "transformers",
+                  "onnxruntime.quantization",  # the nbits quantizer's per-node INFO lines
+                  "onnx_ir", "onnxscript")  # the ONNX exporter's optimizer passes
 
 
 class _QuietQuantizer(logging.Filter):

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import resource
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def peak_rss_mb() -> float:
@@ -60,6 +62,8 @@ MADV_PAGEOUT = 21  # Linux ≥ 5.4: reclaim the range now; contents are kept (re
 def _leaves(t: "torch.Tensor") -> list:
     """The plain tensors holding ``t``'s data (a tensor subclass such as torchao's Int8Tensor
     holds its int8 values and scales in inner tensors named by ``__tensor_flatten__``)."""
+    import torch  # here, not at import: the torch-free hosts (bench_shape_ort) read peak RSS too
+
     if type(t) not in (torch.Tensor, torch.nn.Parameter) and hasattr(t, "__tensor_flatten__"):
         names, _ = t.__tensor_flatten__()
         return [leaf for n in names for leaf in _leaves(getattr(t, n))]

@@ -88,3 +88,16 @@ def test_the_allocator_mode_is_part_of_a_saved_rows_identity():
     fixed = row_identity("qwen2-tiny", "mobiedit", 1, 2)
     assert row_identity("qwen2-tiny", "mobiedit", 1, 2, "fixed") == fixed and "malloc" not in fixed  # rows saved before
     assert row_identity("qwen2-tiny", "mobiedit", 1, 2, "glibc") == fixed | {"malloc": "glibc"}
+
+
+def test_the_ort_row_is_mobiedits_search_with_its_own_settings_in_its_identity():
+    from mobiedit.bench_shape import row_identity
+
+    assert shape_config("mobiedit-ort", 5, 3) == shape_config("mobiedit", 5, 3)  # the same search, other host
+    assert SHAPE_ROWS["mobiedit-ort"] == "fp32"  # its programs are exported from the float checkpoint
+    ort = {"bits": 4, "head_bits": 4, "program_K": 1}
+    ident = row_identity("qwen2-0.5b", "mobiedit-ort", 5, 3, ort=ort)
+    assert ident["ort"] == ort and row_identity("qwen2-0.5b", "mobiedit-ort", 5, 3, ort=ort | {"bits": 8}) != ident
+    assert "ort" not in row_identity("qwen2-0.5b", "mobiedit", 5, 3, ort=ort)  # other rows: unchanged identities
+    row = lambda rss: {"peak_rss_mb": rss, "peak_minus_runtime_mb": rss / 2, "wall_per_step_s": 1.0}
+    assert sorted(shape_ratios({"rome": row(400), "mobiedit-ort": row(40)})) == ["mobiedit-ort/rome"]

@@ -26,7 +26,8 @@ SOURCES = {"mobiedit": ROOT / "mobiedit", "mobiedit.export": ROOT / "export"}
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("mobiedit.cli", "mobiedit.export.cli")),
     # benchmarks and harness verbs: above the library API, which they (should) use
-    ("harness", ("mobiedit.bench", "mobiedit.bench_rows", "mobiedit.bench_prefix", "mobiedit.bench_shape", "mobiedit.demo", "mobiedit.tune",
+    ("harness", ("mobiedit.bench", "mobiedit.bench_rows", "mobiedit.bench_prefix", "mobiedit.bench_shape",
+                 "mobiedit.bench_shape_ort", "mobiedit.demo", "mobiedit.tune",
                  "mobiedit.sequential", "mobiedit.sequential_rows", "mobiedit.sequential_run",
                  "mobiedit.sequential_interference", "mobiedit.sequential_report", "mobiedit.sequential_plot",
                  "mobiedit.sequential_resume", "mobiedit.sequential_status",

@@ -41,7 +41,7 @@ public final class ManifestReader {
     private static final List<String> QUANTIZATIONS =
         Arrays.asList("fp32", "8da8w", "8da4w", "qdq_a16w8");
     private static final List<String> EDIT_QUANTIZATIONS =
-        Arrays.asList("fp32", "delta", "w8", "8da8w", "8da4w", "qdq_a16w8");
+        Arrays.asList("fp32", "delta", "w8", "8da8w", "8da4w", "qdq_a16w8", "nbits");
     /** Bounds of export/manifest_check.py: a hostile manifest must not size a huge allocation. */
     static final int MAX_WIDTH = 1 << 17;
     static final int MAX_VOCAB = 1 << 22;

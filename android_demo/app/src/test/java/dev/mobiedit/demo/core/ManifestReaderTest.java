@@ -119,6 +119,14 @@ class ManifestReaderTest {
         refusedAt(m, "edit_quantization");
     }
 
+    /** ONNX Runtime bundles with block-quantized edit programs (`--edit-quant nbits`) are read. */
+    @Test
+    void readsTheNbitsEditScheme() {
+        Map<String, Object> m = valid();
+        m.put("edit_quantization", "nbits");
+        assertEquals("nbits", ManifestReader.parse(Json.write(m, false)).editQuantization);
+    }
+
     /** Issue 19 case 7: huge integers, deep nesting and unbounded sizes are named errors. */
     @Test
     void hostileNumbersNestingAndSizesAreNamedErrors() {
