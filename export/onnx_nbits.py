@@ -25,7 +25,6 @@ from .onnx_qdq import _restore_metadata, island_nodes
 log = logging.getLogger(__name__)
 
 
-
 def gemm_to_matmul(model) -> int:
     """Rewrite every ``Gemm`` with a constant ``B`` (alpha = beta = 1, no transA) as ``MatMul`` with
     a ``[in, out]`` initializer (+ ``Add`` of ``C``), the form :class:`MatMulNBitsQuantizer` takes
@@ -59,7 +58,8 @@ def gemm_to_matmul(model) -> int:
     used = {i for n in model.graph.node for i in n.input}
     for init in [i for i in model.graph.initializer if i.name not in used]:
         model.graph.initializer.remove(init)
-    onnx.checker.check_model(model) if model.ByteSize() < 2**31 - 1 else None
+    if model.ByteSize() < 2**31 - 1:  # the checker takes in-memory models below protobuf's limit only
+        onnx.checker.check_model(model)
     return done
 
 

@@ -281,6 +281,9 @@ def cmd_bench_shape(args) -> int:
     if args.shape not in SHAPES:
         raise ConfigError(f"unknown shape {args.shape!r}", where="--shape", fix=f"use one of {sorted(SHAPES)}")
     run_id = f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"  # rows timed in this run share it
+    if args.ort_k < 1:
+        raise ConfigError(f"--ort-k must be >= 1, got {args.ort_k}", where="--ort-k",
+                          fix="pass 1 (one delta per call, the lean default) up to the search's K (17)")
     ort = {"bits": args.ort_bits, "head_bits": args.ort_head_bits or args.ort_bits, "program_K": args.ort_k}
     rows_dir = rows_dir_for(args.out)
     with tempfile.TemporaryDirectory() as tmp:

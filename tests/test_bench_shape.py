@@ -101,3 +101,10 @@ def test_the_ort_row_is_mobiedits_search_with_its_own_settings_in_its_identity()
     assert "ort" not in row_identity("qwen2-0.5b", "mobiedit", 5, 3, ort=ort)  # other rows: unchanged identities
     row = lambda rss: {"peak_rss_mb": rss, "peak_minus_runtime_mb": rss / 2, "wall_per_step_s": 1.0}
     assert sorted(shape_ratios({"rome": row(400), "mobiedit-ort": row(40)})) == ["mobiedit-ort/rome"]
+
+
+def test_a_bad_ort_k_is_named(capsys):
+    from mobiedit.cli import main
+
+    assert main(["bench-shape", "--shape", "qwen2-tiny", "--rows", "rome,mobiedit-ort", "--ort-k", "0"]) == 2
+    assert "--ort-k" in capsys.readouterr().err

@@ -61,13 +61,12 @@ def test_nbits_programs_keep_packed_weights_and_the_loss_signal(tiny_model_dir, 
     import onnx
     import torch
 
-    from mobiedit.export.calibration import edit_correlation
-    from mobiedit.export.packing import edit_feed
-    from mobiedit.export.pipeline import build_modules, capture, lower_programs, prepare, program_models
-    from mobiedit.export.runtime import EagerProgram, open_program
     from export_kit import REQUEST
     from mobiedit.editing.context import build_edit_inputs
-    from mobiedit.export.packing import pack_edit
+    from mobiedit.export.calibration import edit_correlation
+    from mobiedit.export.packing import edit_feed, pack_edit
+    from mobiedit.export.pipeline import build_modules, capture, lower_programs, prepare, program_models
+    from mobiedit.export.runtime import EagerProgram, open_program
 
     corr = {}
     for bits, head in ((8, 0), (4, 8)):  # the second with its LM head at 8 bits
