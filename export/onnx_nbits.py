@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from .config import QuantizeConfig
-from .onnx_qdq import _restore_metadata, island_nodes
+from .onnx_qdq import island_nodes
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,7 @@ def nbits_quantize(src: Path, dst: Path, islands: set[str], cfg: QuantizeConfig,
         quant.process()
         out = quant.model.model
     n_q = sum(n.op_type == "MatMulNBits" for n in out.graph.node)
-    save_onnx(out, dst, external=True)
-    _restore_metadata(model, dst, external=True)
+    save_onnx(out, dst, external=True)  # the quantizer rewrites the model in place: untouched nodes keep their metadata
     log.info("nbits %s: int%d weights (LM head int%d) in blocks of %d, %d MatMulNBits; %d island nodes float",
              dst.name, cfg.nbits, head_bits, cfg.group_size, n_q, len(exclude))
     return {"quantized_ops": n_q, "excluded": exclude, "bits": cfg.nbits, "head_bits": head_bits,

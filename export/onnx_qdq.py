@@ -37,7 +37,7 @@ def island_nodes(model, islands: set[str], op_types: tuple[str, ...]) -> list[st
     return [n.name for n in model.graph.node if n.op_type in op_types and in_island(_onnx_module_path(n), islands)]
 
 
-def _restore_metadata(src_model, dst: Path, external: bool = False) -> None:
+def _restore_metadata(src_model, dst: Path) -> None:
     """Copy each node's metadata (module path scopes) from the fp32 model to the nodes the
     quantizer copied by name, so :func:`~mobiedit.export.lint.lint_onnx` finds the islands."""
     import onnx
@@ -49,7 +49,7 @@ def _restore_metadata(src_model, dst: Path, external: bool = False) -> None:
     for node in model.graph.node:
         if node.name in meta and not node.metadata_props:
             node.metadata_props.extend(meta[node.name])
-    save_onnx(model, dst, external)
+    save_onnx(model, dst)
 
 
 def qdq_quantize(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], islands: set[str],

@@ -59,6 +59,8 @@ def export_child(folder: str, layer: int, bits: int, head_bits: int, program_k: 
              "slot_w": torch.zeros(cfg.inference.slots, prep.dims.d_in)}
     pre = {**packed.prefix_feed, **slots}
     spec = programs["prefix"]
+    # run here once for edit_feed's wd_scale (the objective's decay coefficient, computed by torch-side
+    # code); the measured child runs the prefix program again, as its own state and memory
     pout = OnnxProgram(dest / spec["file"], spec["inputs"], spec["outputs"]).run(pre)
     feeds = {f"prefix/{k}": v for k, v in pre.items()} | {f"edit/{k}": v for k, v in edit_feed(packed, pout).items()}
     np.savez(dest / FEEDS, **{k: v.detach().numpy() for k, v in feeds.items()})
@@ -115,13 +117,16 @@ def measured_child(programs_dir: str, zo: dict, steps: int, out: str, malloc: st
     feed = edit_inputs(spec, pout, feeds)
     K, d = spec["program_K"], spec["d"]
 
-    def forward(D: np.ndarray) -> np.ndarray:
+    def forward(D: np.ndarray) -> np.ndarray:  # the loop's hot path: K deltas per program call
         losses = np.empty(D.shape[0], np.float32)
         for i in range(0, D.shape[0], K):
-            part = np.zeros((K, d), np.float32)
-            part[: min(K, D.shape[0] - i)] = D[i:i + K]
-            got = edit.run(["losses"], {**feed, "deltas": part})[0]
-            losses[i:i + K] = got[: min(K, D.shape[0] - i)]
+            n = min(K, D.shape[0] - i)
+            if n < K:  # only a last, partial batch is zero-padded
+                feed["deltas"] = np.zeros((K, d), np.float32)
+                feed["deltas"][:n] = D[i:i + n]
+            else:
+                feed["deltas"] = D[i:i + K]
+            losses[i:i + n] = edit.run(["losses"], feed)[0][:n]
         return losses
 
     cfg = ZOConfig(**zo)
