@@ -114,7 +114,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     :func:`mobiedit.outputs.check_output_dir` first (``overwrite``; ``inputs``: further paths the
     caller read, e.g. the request file). ``progress``: a bar of the stages on stderr. Returns ``out``.
     """
-    from .calibration import calibration_feeds, edit_correlation, sample_edits
+    from .calibration import calibration_feeds, edit_correlation, sample_edits, weak_signal
     from .chat import save_chat_template
     from .pipeline import (ROLES, build_modules, capture, fit_edit_shapes, lower_programs, prepare,
                            program_models)
@@ -166,6 +166,8 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
                                                           prep.dims.hidden_size, scale, draws=cfg.quant.check_draws)
             log.info("edit program (%s) loss correlation with float: %s", cfg.quant.resolved_edit_scheme,
                      checks["edit_correlation"])
+            if warning := weak_signal(checks["edit_correlation"], cfg.quant.resolved_edit_scheme):
+                log.warning(warning)
         stage("save")
         probes = prep.templates + [r.rewrite_prompt for r, _ in edits[:4]] + ["Hello world. The capital of France is"]
         special = save_tokenizer(tok, tmp / TOKENIZER, probes)

@@ -118,3 +118,19 @@ def edit_correlation(reference: Program, candidate: Program, base_feed: dict[str
         net.append(centered_correlation(a - wd, b - wd))
     return {"min": min(full), "mean": sum(full) / len(full), "network_min": min(net),
             "network_mean": sum(net) / len(net)}
+
+
+#: below this centered correlation (network part, min over draws) an edit program's losses are
+#: mostly quantization noise to the search: ``nbits`` int4 measures 0.85–0.93 on SmolLM2 and still
+#: edits; per-block int8 activations (``nbits_compute`` int8) −0.50, per-token int8 ``same`` 0.04–0.75
+#: on the fact LM (docs/results.md).
+SIGNAL_FLOOR = 0.8
+
+
+def weak_signal(corr: dict, scheme: str) -> str | None:
+    """A warning when ``corr`` (:func:`edit_correlation`'s) says the search would read noise, else None."""
+    if corr["network_min"] >= SIGNAL_FLOOR:
+        return None
+    return (f"the edit program ({scheme}) follows the float program's losses at correlation {corr['network_min']:.3f} "
+            f"(min over the check's draws; below {SIGNAL_FLOOR}): its search would read mostly quantization noise — "
+            "export with more bits, fp32 compute or another --edit-quant")

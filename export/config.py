@@ -19,6 +19,7 @@ SCHEMES = {"fp32": RUNTIMES, "8da8w": ("executorch",), "8da4w": ("executorch",),
 EXTENSIONS = {"executorch": "pte", "onnxruntime": "onnx"}
 #: edit-side (prefix + edit programs) schemes; "auto" picks the shipped one for the inference scheme
 EDIT_SCHEMES = ("auto", "fp32", "w8", "delta", "same", "nbits")
+NBITS_COMPUTE = {"fp32": 0, "int8": 4}  # QuantizeConfig.nbits_compute -> MatMulNBits accuracy_level
 _AUTO_EDIT = {"fp32": "fp32", "8da8w": "delta", "8da4w": "w8", "qdq_a16w8": "qdq_a16w8"}
 
 
@@ -98,7 +99,12 @@ class QuantizeConfig:
     ``quantize_embedding``), fp32 activations (:mod:`mobiedit.export.onnx_nbits`): the weights stay packed
     in memory, the lean host of the edit loop.
     group_size: weight group of 8da4w and block of ``nbits``. nbits: 4 or 8. nbits_head: the LM
-    head's bits under ``nbits`` (0: ``nbits``).
+    head's bits under ``nbits`` (0: ``nbits``). nbits_compute: what ``MatMulNBits`` multiplies in —
+    ``fp32`` (the default: weights unpacked to float per block) or ``int8`` (ONNX Runtime's accuracy
+    level 4: activations rounded per block to int8, integer dot products). int8 runs int8 weights
+    at fp32's speed on this CPU (fp32 compute on them is 2–3x slower) but rounds away the search's
+    signal: SmolLM2's int8 edit program correlates −0.23 (mean) with fp32 under it, 0.9997 under
+    fp32 compute (docs/results.md) — kept to measure with, not for edit programs.
     quantize_lm_head / quantize_embedding: also quantize the
     inference programs' LM head (a float island by default) / token embedding (int8 rows).
     qdq_ops: ONNX op types that get QDQ nodes; qdq_activation_matmuls: also QDQ MatMuls of two
@@ -111,6 +117,7 @@ class QuantizeConfig:
     group_size: int = 32
     nbits: int = 4
     nbits_head: int = 0
+    nbits_compute: str = "fp32"
     quantize_lm_head: bool = False
     quantize_embedding: bool = False
     qdq_ops: tuple[str, ...] = ("MatMul", "Gemm")
@@ -130,6 +137,9 @@ class QuantizeConfig:
             if getattr(self, name) not in ok:
                 raise ConfigError(f"must be one of {ok}, got {getattr(self, name)!r}", where=f"ExportConfig.quant.{name}",
                                   fix="use 4 (int4 weights) or 8 (int8 weights)" + (", 0: as nbits" if 0 in ok else ""))
+        if self.nbits_compute not in NBITS_COMPUTE:
+            raise ConfigError(f"unknown nbits compute {self.nbits_compute!r}", where="ExportConfig.quant.nbits_compute",
+                              fix=f"use one of {tuple(NBITS_COMPUTE)}")
         if self.edit_scheme == "nbits" and (self.group_size < 16 or self.group_size & (self.group_size - 1)):
             raise ConfigError(f"the nbits block must be a power of two >= 16, got {self.group_size}",
                               where="ExportConfig.quant.group_size", fix="use 32 (or 16, 64, 128)")

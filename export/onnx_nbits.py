@@ -6,7 +6,8 @@ weights in blocks of ``group_size`` along the input dimension, one fp32 scale pe
 symmetric); the LM head is a MatMul like any other unless it is a float island
 (``cfg.quantize_lm_head`` False). The token embedding is not touched here: with
 ``cfg.quantize_embedding`` the captured model already gathers int8 rows
-(:func:`~mobiedit.export.quantize.nbits_source`). Activations stay fp32, so the loss differences of
+(:func:`~mobiedit.export.quantize.nbits_source`). Activations stay fp32 (``cfg.nbits_compute``
+``fp32``, the default), so the loss differences of
 the ZO search are not rounded away (the ``w8`` rule of the torch-level schemes); ONNX Runtime
 keeps the packed weights packed (no per-call dequantized copy), so a program's weights take
 ``bits/8 + 4/group_size`` bytes per parameter in memory as on disk. The weights are saved beside
@@ -70,6 +71,7 @@ def nbits_quantize(src: Path, dst: Path, islands: set[str], cfg: QuantizeConfig,
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+    from .config import NBITS_COMPUTE
     from .lower import save_onnx
 
     ops = ("MatMul",)
@@ -83,12 +85,13 @@ def nbits_quantize(src: Path, dst: Path, islands: set[str], cfg: QuantizeConfig,
     for bits, skip, only in passes:
         quant = MatMulNBitsQuantizer(out, bits=bits, block_size=cfg.group_size, is_symmetric=True,
                                      nodes_to_exclude=skip, nodes_to_include=only, op_types_to_quantize=ops,
-                                     quant_axes=(("MatMul", 0),))
+                                     quant_axes=(("MatMul", 0),),
+                                     accuracy_level=NBITS_COMPUTE[cfg.nbits_compute] or None)
         quant.process()
         out = quant.model.model
     n_q = sum(n.op_type == "MatMulNBits" for n in out.graph.node)
     save_onnx(out, dst, external=True)  # the quantizer rewrites the model in place: untouched nodes keep their metadata
-    log.info("nbits %s: int%d weights (LM head int%d) in blocks of %d, %d MatMulNBits; %d island nodes float",
-             dst.name, cfg.nbits, head_bits, cfg.group_size, n_q, len(exclude))
+    log.info("nbits %s: int%d weights (LM head int%d) in blocks of %d, %s compute, %d MatMulNBits; %d island nodes float",
+             dst.name, cfg.nbits, head_bits, cfg.group_size, cfg.nbits_compute, n_q, len(exclude))
     return {"quantized_ops": n_q, "excluded": exclude, "bits": cfg.nbits, "head_bits": head_bits,
-            "block": cfg.group_size}
+            "block": cfg.group_size, "compute": cfg.nbits_compute}

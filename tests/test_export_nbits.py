@@ -27,6 +27,9 @@ def test_bad_nbits_settings_name_their_field():
         QuantizeConfig(edit_scheme="nbits", nbits_head=2)
     with pytest.raises(ConfigError, match="ExportConfig.quant.group_size"):
         QuantizeConfig(edit_scheme="nbits", group_size=24)
+    with pytest.raises(ConfigError, match="ExportConfig.quant.nbits_compute") as e:
+        QuantizeConfig(edit_scheme="nbits", nbits_compute="int4")
+    assert "int8" in e.value.fix
     with pytest.raises(ConfigError, match="ExportConfig.quant.edit_scheme") as e:
         _cfg(4, runtime="executorch")
     assert "onnxruntime" in e.value.fix
@@ -54,6 +57,43 @@ def test_gemm_becomes_a_matmul_the_quantizer_takes():
     assert [i.name for i in model.graph.initializer] == ["b", "w__kn"]  # the [out, in] copy is gone
     np.testing.assert_allclose(run(model), before, rtol=1e-6, atol=1e-6)
     assert onnx.checker.check_model(model) is None
+
+
+@pytest.mark.parametrize("compute,level", [("fp32", None), ("int8", 4)])
+def test_nbits_compute_is_the_kernels_accuracy_level(tmp_path, compute, level):
+    """int8 compute = ONNX Runtime's accuracy level 4 on every MatMulNBits; fp32 leaves the attribute
+    out (the kernel's float default); both give the float product to the weights' rounding."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mobiedit.export.onnx_nbits import nbits_quantize
+
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((64, 48)) * 0.1).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="m")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 48])],
+                              [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(tmp_path / "f.onnx"))
+    cfg = QuantizeConfig(scheme="fp32", edit_scheme="nbits", nbits=8, group_size=32, nbits_compute=compute)
+    info = nbits_quantize(tmp_path / "f.onnx", tmp_path / "q.onnx", set(), cfg, "lm_head")
+    assert info["quantized_ops"] == 1 and info["compute"] == compute
+    node, = onnx.load(str(tmp_path / "q.onnx")).graph.node
+    assert node.op_type == "MatMulNBits"
+    assert {a.name: a.i for a in node.attribute}.get("accuracy_level") == level
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    y = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = x @ w
+    assert np.abs(y - ref).max() < 0.02 * np.abs(ref).max()
+
+
+def test_an_edit_program_that_reads_noise_is_named_at_export():
+    from mobiedit.export.calibration import SIGNAL_FLOOR, weak_signal
+
+    assert weak_signal({"network_min": 0.85}, "nbits") is None  # int4 on SmolLM2: still edits
+    msg = weak_signal({"network_min": -0.5}, "nbits")
+    assert msg and "-0.500" in msg and str(SIGNAL_FLOOR) in msg and "fp32 compute" in msg
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["llama"], indirect=True)

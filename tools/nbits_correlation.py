@@ -4,7 +4,8 @@ model: how far ONNX Runtime's block-quantized weights bend the surface the ZO se
     python tools/nbits_correlation.py --model smollm2-135m --variants 8:32:0,8:32:4,4:32:8,4:32:0,4:16:0 \
         [--draws 2] [--out results/nbits/smollm2.json]
 
-A variant is ``BITS:BLOCK:HEAD_BITS`` (HEAD_BITS 0: BITS). Each lowers only the edit program
+A variant is ``BITS:BLOCK:HEAD_BITS[:COMPUTE]`` (HEAD_BITS 0: BITS; COMPUTE fp32 | int8, default
+fp32: ``QuantizeConfig.nbits_compute``). Each lowers only the edit program
 (``--edit-quant nbits``, quantized LM head, the model profile's layer and objective) and scores it
 with the exporter's own check (:func:`mobiedit.export.calibration.edit_correlation`: centered
 correlation of the K losses at ZO-like deltas, min/mean over the draws; ``network_*`` without the
@@ -60,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     feed, ref = edit_feed(edits[0][1], pout), EagerProgram(ref_mods["edit"], *ref_mods["edit"].io())
     rows = []
     for v in a.variants.split(","):
-        bits, block, head = (int(x) for x in v.split(":"))
-        cfg = dataclasses.replace(base, quant=dataclasses.replace(base.quant, nbits=bits, group_size=block, nbits_head=head))
+        bits, block, head, *rest = v.split(":")
+        bits, block, head, compute = int(bits), int(block), int(head), (rest or ["fp32"])[0]
+        cfg = dataclasses.replace(base, quant=dataclasses.replace(base.quant, nbits=bits, group_size=block, nbits_head=head,
+                                                                  nbits_compute=compute))
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             mods = build_modules(prep, program_models(prep, cfg), cfg, ("edit",))
@@ -69,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             size = sum(f.stat().st_size for f in Path(tmp).iterdir())
             cand = open_program("onnxruntime", Path(tmp) / spec["file"], None, spec["inputs"], spec["outputs"])
             corr = edit_correlation(ref, cand, feed, cfg.edit_shapes.K, prep.dims.hidden_size, scale, draws=a.draws)
-        rows.append({"bits": bits, "block": block, "head_bits": head or bits, "edit_program_bytes": size, **corr})
-        print(f"int{bits} weights, LM head int{head or bits}, blocks of {block}: network correlation min "
+        rows.append({"bits": bits, "block": block, "head_bits": head or bits, "compute": compute,
+                     "edit_program_bytes": size, **corr})
+        print(f"int{bits} weights, LM head int{head or bits}, blocks of {block}, {compute} compute: network correlation min "
               f"{corr['network_min']:.4f} mean {corr['network_mean']:.4f}; edit program {size / 1e6:.1f} MB "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if a.out:
