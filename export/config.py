@@ -102,7 +102,7 @@ class QuantizeConfig:
     head's bits under ``nbits`` (0: ``nbits``). nbits_compute: what ``MatMulNBits`` multiplies in —
     ``fp32`` (the default: weights unpacked to float per block) or ``int8`` (ONNX Runtime's accuracy
     level 4: activations rounded per block to int8, integer dot products). int8 runs int8 weights
-    at fp32's speed on this CPU (fp32 compute on them is 2–3x slower) but rounds away the search's
+    at fp32's speed on this CPU (fp32 compute on them is 1.6–18x slower) but rounds away the search's
     signal: SmolLM2's int8 edit program correlates −0.23 (mean) with fp32 under it, 0.9997 under
     fp32 compute (docs/results.md) — kept to measure with, not for edit programs.
     quantize_lm_head / quantize_embedding: also quantize the
