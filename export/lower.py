@@ -4,7 +4,8 @@ Contract: :func:`export_graph` captures a module with static shapes (non-strict 
 no dynamic dims); :func:`to_pte` lowers several captured programs into ONE ``.pte`` with one
 method per program, so weights shared between programs are stored once (XNNPACK keys its weight
 blobs by sha256); :func:`to_onnx` writes one ``.onnx`` per program (weights inline below 2 GB,
-else in an external-data file beside it). Neither writes anything but the given path.
+else in an external-data file beside it). Neither writes anything but the given path (and its
+``.data``).
 """
 from __future__ import annotations
 
@@ -93,60 +94,72 @@ def to_pte(programs: dict[str, torch.export.ExportedProgram], path: Path) -> int
 
 
 def to_onnx(program: torch.export.ExportedProgram, path: Path, inputs: list[str], outputs: list[str],
-            opset: int) -> int:
-    """Write ``program`` as ONNX at ``path`` (fp32). Returns the bytes written (all files)."""
-    import onnx
+            opset: int, external: bool = False) -> int:
+    """Write ``program`` as ONNX at ``path`` (fp32). Returns the bytes written (all files).
 
+    The exporter's model is saved as it is (``onnx_ir``): the weights go from the program's own
+    tensors to the file, never through a protobuf copy, so lowering needs the model's memory once,
+    not twice (at 3B parameters the copy alone is 12 GB). ``external``: the weights always in
+    ``<name>.data`` beside the graph (else only above the protobuf limit)."""
     t0 = time.perf_counter()
     try:
         onnx_program = torch.onnx.export(program, (), None, input_names=inputs, opset_version=opset, dynamo=True,
                                          optimize=True, verify=False, verbose=False)  # no "[torch.onnx] ..." lines
-        model = onnx_program.model_proto
-        have = [i.name for i in model.graph.input]
+        graph = onnx_program.model.graph
+        have = [v.name for v in graph.inputs]
         if have != list(inputs):
             raise LoweringError(f"graph inputs {have} differ from {inputs}", where=path.name,
                                 fix="report this with the model's config.json")
-        name_outputs(model, outputs)
+        name_outputs(graph, outputs)
     except LoweringError:
         raise
     except Exception as e:
         raise LoweringError(f"ONNX export failed: {str(e).splitlines()[0][:300]}", where=f"{path.name}",
                             fix="run with -v and report the log") from e
-    size = save_onnx(model, path)
+    size = _save_ir(onnx_program.model, path, external)
     log.info("exported %s (%.1f MB) in %.1fs", path.name, size / 1e6, time.perf_counter() - t0)
     return size
 
 
-def _rename_value(model, old: str, new: str) -> None:
-    for node in model.graph.node:
-        node.input[:] = [new if v == old else v for v in node.input]
-        node.output[:] = [new if v == old else v for v in node.output]
-    for vi in list(model.graph.output) + list(model.graph.value_info):
-        if vi.name == old:
-            vi.name = new
-
-
-def name_outputs(model, names: list[str]) -> None:
-    """Give the graph outputs ``names`` (in order), first moving aside any intermediate value that
-    already carries one of them (the exporter names values after FX nodes, e.g. ``cos``; asking it
-    for an output called ``cos`` can produce two definitions of one name)."""
-    if len(model.graph.output) != len(names):
-        raise LoweringError(f"{len(model.graph.output)} graph outputs, expected {names}", where="ONNX export",
-                            fix="report this")
-    taken = {v for n in model.graph.node for v in n.output} | {i.name for i in model.graph.input}
-    for out, want in zip(list(model.graph.output), names):
+def name_outputs(graph, names: list[str]) -> None:
+    """Give the ``onnx_ir`` graph's outputs ``names`` (in order), first moving aside any other value
+    that already carries one of them (the exporter names values after FX nodes, e.g. ``cos``;
+    asking it for an output called ``cos`` can produce two definitions of one name)."""
+    outs = list(graph.outputs)
+    if len(outs) != len(names) or len({id(v) for v in outs}) != len(outs):
+        raise LoweringError(f"graph outputs {[v.name for v in outs]}, expected {names} (one value each)",
+                            where="ONNX export", fix="report this")
+    values = list(graph.inputs) + [v for node in graph for v in node.outputs]
+    taken = {v.name for v in values} | set(graph.initializers)
+    for out, want in zip(outs, names):
         if out.name == want:
             continue
         if want in taken:
+            clash = [v for v in values if v.name == want and v is not out]
+            if not clash:
+                raise LoweringError(f"output name {want!r} is an initializer's", where="ONNX export", fix="report this")
             fresh, k = f"{want}__v", 0
             while fresh in taken:
                 k += 1
                 fresh = f"{want}__v{k}"
-            _rename_value(model, want, fresh)
+            clash[0].name = fresh
             taken.add(fresh)
-        old = out.name
-        _rename_value(model, old, want)
+        out.name = want
         taken.add(want)
+
+
+def _save_ir(model, path: Path, external: bool) -> int:
+    """Save an ``onnx_ir`` model at ``path``: weights inline below the protobuf limit unless
+    ``external``, else in ``<name>.data`` beside it."""
+    import onnx_ir as ir
+
+    weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    if not external and weights < _ONNX_INLINE_LIMIT:
+        ir.save(model, path)
+        return path.stat().st_size
+    data = path.parent / (path.name + ".data")
+    ir.save(model, path, external_data=data.name)
+    return path.stat().st_size + data.stat().st_size
 
 
 def save_onnx(model, path: Path, external: bool = False) -> int:

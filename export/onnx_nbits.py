@@ -18,6 +18,7 @@ while a session loads (at the 0.5B shape: 391 vs 642 MB peak while the prefix pr
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from .config import QuantizeConfig
@@ -26,11 +27,11 @@ from .onnx_qdq import island_nodes
 log = logging.getLogger(__name__)
 
 
-def gemm_to_matmul(model) -> int:
+def gemm_to_matmul(model, base_dir: str = "") -> int:
     """Rewrite every ``Gemm`` with a constant ``B`` (alpha = beta = 1, no transA) as ``MatMul`` with
     a ``[in, out]`` initializer (+ ``Add`` of ``C``), the form :class:`MatMulNBitsQuantizer` takes
     (the exporter emits Gemm for a linear of a 2-D input, e.g. the prefix program's KL read-out).
-    In place; returns the count rewritten."""
+    In place; returns the count rewritten. ``base_dir``: where external weights' files are."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -41,7 +42,7 @@ def gemm_to_matmul(model) -> int:
         if n.op_type != "Gemm" or n.input[1] not in inits or attrs.get("transA", 0) or \
                 attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
             continue
-        b = numpy_helper.to_array(inits[n.input[1]])
+        b = numpy_helper.to_array(inits[n.input[1]], base_dir)
         name = f"{n.input[1]}__kn"
         model.graph.initializer.append(numpy_helper.from_array((b.T if attrs.get("transB", 0) else b).copy(), name))
         has_c = len(n.input) > 2 and n.input[2]
@@ -59,9 +60,24 @@ def gemm_to_matmul(model) -> int:
     used = {i for n in model.graph.node for i in n.input}
     for init in [i for i in model.graph.initializer if i.name not in used]:
         model.graph.initializer.remove(init)
-    if model.ByteSize() < 2**31 - 1:  # the checker takes in-memory models below protobuf's limit only
+    if model.ByteSize() < 2**31 - 1 and not _external(model):  # the checker: in-memory models below protobuf's limit
         onnx.checker.check_model(model)
     return done
+
+
+def _external(model) -> list:
+    """``model``'s initializers whose data is in a file, not loaded."""
+    import onnx
+
+    return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _relocate(tensors: list, where) -> None:
+    """Set each external tensor's ``location`` to ``where(location)``."""
+    for t in tensors:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = where(e.value)
 
 
 def nbits_quantize(src: Path, dst: Path, islands: set[str], cfg: QuantizeConfig, head: str) -> dict:
@@ -69,14 +85,19 @@ def nbits_quantize(src: Path, dst: Path, islands: set[str], cfg: QuantizeConfig,
     (module path ``head``) ``cfg.nbits_head``-bit when that is set. Returns {"quantized_ops",
     "excluded", "bits", "head_bits", "block"}; ``excluded``: island nodes kept float."""
     import onnx
+    from onnx.external_data_helper import load_external_data_for_model
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     from .config import NBITS_COMPUTE
     from .lower import save_onnx
 
     ops = ("MatMul",)
-    model = onnx.load(str(src))
-    gemm_to_matmul(model)
+    # the graph without its weights: the quantizer reads each weight from the file as it packs it, so
+    # the float weights are never all in memory (the export's torch model is, beside this)
+    model = onnx.load(str(src), load_external_data=False)
+    base = str(src.parent.resolve())
+    gemm_to_matmul(model, base)
+    _relocate(_external(model), lambda loc: os.path.join(base, loc))  # the quantizer reads them from any cwd
     exclude = island_nodes(model, islands, ops)
     head_bits = cfg.nbits_head or cfg.nbits
     head_nodes = [n for n in island_nodes(model, {head}, ops) if n not in exclude] if head_bits != cfg.nbits else []
@@ -89,6 +110,9 @@ def nbits_quantize(src: Path, dst: Path, islands: set[str], cfg: QuantizeConfig,
                                      accuracy_level=NBITS_COMPUTE[cfg.nbits_compute] or None)
         quant.process()
         out = quant.model.model
+    left = _external(out)  # what stays float (islands, norms, the embedding's rows): read in now
+    _relocate(left, os.path.basename)
+    load_external_data_for_model(out, base)
     n_q = sum(n.op_type == "MatMulNBits" for n in out.graph.node)
     save_onnx(out, dst, external=True)  # the quantizer rewrites the model in place: untouched nodes keep their metadata
     log.info("nbits %s: int%d weights (LM head int%d) in blocks of %d, %s compute, %d MatMulNBits; %d island nodes float",

@@ -258,7 +258,7 @@ def _onnx_nbits(ep, path: Path, inputs: list[str], outputs: list[str], prep: Pre
 
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         fp32 = Path(tmp) / path.name
-        to_onnx(ep, fp32, inputs, outputs, cfg.lower.opset)
+        to_onnx(ep, fp32, inputs, outputs, cfg.lower.opset, external=True)  # read back one weight at a time
         info = nbits_quantize(fp32, path, set(islands(prep, cfg)), cfg.quant, prep.lm.family.lm_head)
     if cfg.lower.lint:
         lcfg = LintConfig(quantized=True, islands=islands(prep, cfg), island_nodes=frozenset(info["excluded"]))
