@@ -159,7 +159,14 @@ def _save_ir(model, path: Path, external: bool) -> int:
         return path.stat().st_size
     data = path.parent / (path.name + ".data")
     ir.save(model, path, external_data=data.name)
-    return path.stat().st_size + data.stat().st_size
+    return path.stat().st_size + _mode_of_graph(data, path).stat().st_size
+
+
+def _mode_of_graph(data: Path, graph: Path) -> Path:
+    """Give the weights file the graph file's permissions (the writers create it 0600 through a
+    temporary file, which an app or another user reading the bundle could not open). Returns ``data``."""
+    data.chmod(graph.stat().st_mode & 0o777)
+    return data
 
 
 def save_onnx(model, path: Path, external: bool = False) -> int:
@@ -174,4 +181,4 @@ def save_onnx(model, path: Path, external: bool = False) -> int:
     data = path.name + ".data"
     (path.parent / data).unlink(missing_ok=True)  # onnx appends to an existing data file
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
-    return path.stat().st_size + (path.parent / data).stat().st_size
+    return path.stat().st_size + _mode_of_graph(path.parent / data, path).stat().st_size

@@ -204,3 +204,36 @@ def test_lint_accepts_the_edit_program_and_flags_float_weights(tiny_model_dir):
     float_findings = lint_exported(ep, LintConfig(quantized=True, islands=islands))
     assert float_findings and all(f.rule == "float-compute" for f in float_findings)
     assert not any(lm.family.lm_head in f.detail for f in float_findings)  # the island is allowed
+
+
+def test_onnx_outputs_take_their_names_even_where_an_inner_value_had_one(tmp_path):
+    """The exporter names values after FX nodes (e.g. ``cos``): the graph output asked to be ``cos``
+    gets the name, the inner value moves aside, and the saved program computes the same."""
+    import numpy as np
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from mobiedit.errors import LoweringError
+    from mobiedit.export.lower import _save_ir, name_outputs
+
+    class Two(torch.nn.Module):
+        def forward(self, x):
+            c = torch.cos(x)
+            return c * 2, c + 1
+
+    ep = export_graph(Two(), (torch.zeros(3),), "two")
+    prog = torch.onnx.export(ep, (), None, input_names=["x"], dynamo=True, optimize=True, verify=False, verbose=False)
+    graph = prog.model.graph
+    inner = [v for node in graph for v in node.outputs if v not in list(graph.outputs)]
+    inner[0].name = "cos"  # as the exporter can name it
+    name_outputs(graph, ["cos", "sin"])
+    assert [v.name for v in graph.outputs] == ["cos", "sin"]
+    names = [v.name for node in graph for v in node.outputs]
+    assert len(names) == len(set(names)) and "cos__v" in names
+    _save_ir(prog.model, tmp_path / "two.onnx", external=True)
+    y = ort.InferenceSession(str(tmp_path / "two.onnx"), providers=["CPUExecutionProvider"]).run(
+        ["cos", "sin"], {"x": np.array([0.0, 1.0, 2.0], np.float32)})
+    np.testing.assert_allclose(y[0], 2 * np.cos([0.0, 1.0, 2.0]), rtol=1e-6)
+    with pytest.raises(LoweringError, match="expected"):
+        name_outputs(graph, ["only_one"])
+    assert isinstance(prog.model, ir.Model)

@@ -88,6 +88,41 @@ def test_nbits_compute_is_the_kernels_accuracy_level(tmp_path, compute, level):
     assert np.abs(y - ref).max() < 0.02 * np.abs(ref).max()
 
 
+def test_nbits_reads_external_weights_one_at_a_time(tmp_path, monkeypatch):
+    """A source whose weights are in a file beside it (how the exporter lowers them) quantizes the
+    same as one that holds them inline, from any working directory; what stays float is read in."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mobiedit.export.onnx_nbits import nbits_quantize
+
+    rng = np.random.default_rng(2)
+    w, g = (rng.standard_normal((64, 48)) * 0.1).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="m"),
+                               helper.make_node("Mul", ["h", "g"], ["y"], name="scale")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 48])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(g, "g")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    onnx.save(model, str(tmp_path / "a" / "f.onnx"))
+    onnx.save_model(model, str(tmp_path / "b" / "f.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="f.onnx.data", size_threshold=0)
+    monkeypatch.chdir(tmp_path)
+    cfg = QuantizeConfig(scheme="fp32", edit_scheme="nbits", nbits=4, group_size=32)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    ys = []
+    for d in ("a", "b"):
+        info = nbits_quantize(tmp_path / d / "f.onnx", tmp_path / d / "q.onnx", set(), cfg, "lm_head")
+        assert info["quantized_ops"] == 1
+        ys.append(ort.InferenceSession(str(tmp_path / d / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
+    np.testing.assert_array_equal(ys[0], ys[1])
+    inits = onnx.load(str(tmp_path / "b" / "q.onnx"), load_external_data=False).graph.initializer
+    assert "w" not in {i.name for i in inits} and "g" in {i.name for i in inits}  # the float weight left, the scale kept
+
+
 def test_an_edit_program_that_reads_noise_is_named_at_export():
     from mobiedit.export.calibration import SIGNAL_FLOOR, weak_signal
 
@@ -123,6 +158,9 @@ def test_nbits_programs_keep_packed_weights_and_the_loss_signal(tiny_model_dir, 
         assert set(node_bits.values()) == {bits, head or bits}, node_bits
         if head:  # the LM head alone (one read-out MatMul in the edit program)
             assert list(node_bits.values()).count(head) == 1, node_bits
+        for spec in specs.values():  # the weights beside each graph, readable as the graph is
+            data = folder / (spec["file"] + ".data")
+            assert data.stat().st_mode & 0o777 == (folder / spec["file"]).stat().st_mode & 0o777
         for role, spec in specs.items():  # every constant weight packed but the edit layer's MLP output (an island)
             m = onnx.load(str(folder / spec["file"]))
             big = {i.name for i in m.graph.initializer if i.data_type == onnx.TensorProto.FLOAT and
