@@ -82,8 +82,9 @@ def _relocate(tensors: list, where) -> None:
 
 def nbits_quantize(src: Path, dst: Path, islands: set[str], cfg: QuantizeConfig, head: str) -> dict:
     """Write the weight-only version of ``src`` to ``dst``: ``cfg.nbits``-bit weights, the LM head's
-    (module path ``head``) ``cfg.nbits_head``-bit when that is set. Returns {"quantized_ops",
-    "excluded", "bits", "head_bits", "block"}; ``excluded``: island nodes kept float."""
+    (module path ``head``) ``cfg.nbits_head``-bit when that is set. ``src`` may keep its weights
+    beside it (``<name>.data``): they are read one at a time. Returns {"quantized_ops", "excluded",
+    "bits", "head_bits", "block", "compute"}; ``excluded``: island nodes kept float."""
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
