@@ -123,7 +123,7 @@ def edit_correlation(reference: Program, candidate: Program, base_feed: dict[str
 #: below this centered correlation (network part, min over draws) an edit program's losses are
 #: mostly quantization noise to the search: ``nbits`` int4 measures 0.85–0.93 on SmolLM2 and still
 #: edits; per-block int8 activations (``nbits_compute`` int8) −0.50, per-token int8 ``same`` 0.04–0.75
-#: on the fact LM (docs/results.md).
+#: on the project's own fact LM (docs/results.md).
 SIGNAL_FLOOR = 0.8
 
 

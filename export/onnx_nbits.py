@@ -67,9 +67,9 @@ def gemm_to_matmul(model, base_dir: str = "") -> int:
 
 def _external(model) -> list:
     """``model``'s initializers whose data is in a file, not loaded."""
-    import onnx
+    from onnx.external_data_helper import uses_external_data
 
-    return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    return [t for t in model.graph.initializer if uses_external_data(t)]
 
 
 def _relocate(tensors: list, where) -> None:
