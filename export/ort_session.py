@@ -3,8 +3,8 @@ bench host, :mod:`mobiedit.bench_shape_ort`, imports it too).
 
 One thread each (the phone runs the edit loop on one core; the dev box is shared). ``exact_qdq``:
 run at ``ORT_ENABLE_BASIC`` so Q/DQ nodes execute as written (the numerics of a 16-bit NPU; the CPU
-EP's extended fusions replace 16-bit QDQ MatMuls by lower-precision kernels, which on the fact LM
-dropped the edit losses' correlation with fp32 from ~0.999 to ~0.6). ``lean``: no CPU memory arena
+EP's extended fusions replace 16-bit QDQ MatMuls by lower-precision kernels, which on the
+project's own fact LM dropped the edit losses' correlation with fp32 from ~0.999 to ~0.6). ``lean``: no CPU memory arena
 and no memory pattern — intermediate buffers are allocated per call and handed back, so a static
 program's resident set stays at its weights plus the live activations (at the 0.5B shape the edit
 program's calls grew the arena by ~270 MB; ~5 % slower calls).
