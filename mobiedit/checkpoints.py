@@ -12,8 +12,10 @@ find or assemble the file, and the ``pip`` command that installs it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
+import io
 import json
 import logging
 import os
@@ -190,9 +192,11 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                     local_files_only=True)
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        # transformers' GGUF reader draws a raw tqdm bar that disable_progress_bar() misses: mute stderr here only
+        with contextlib.redirect_stderr(io.StringIO()):
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                         local_files_only=True)
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     except ImportError as e:
         raise ModelLoadError(f"cannot read GGUF files ({e})", where=str(gguf),
                              fix="pip install gguf==0.19.0 accelerate==1.15.0 (or `make venv`)") from None
