@@ -9,9 +9,10 @@ Contract:
     profile carries; ``success.nll`` is the forward-only search's margin, so it needs a MobiEdit row);
   * each candidate is a :func:`mobiedit.bench.run_row` of one method row on the same ``n``
     requests (a child process each; its log in ``--out`` resumes an interrupted run);
-  * the rank is :func:`tune_score`, the harmonic mean of efficacy and generalization (probability
-    convention) and locality (unchanged vs the unedited model); ties keep the earlier candidate,
-    so the current settings stay unless a candidate does better;
+  * the rank is :func:`tune_score`, the harmonic mean of efficacy, generalization and locality
+    (unchanged vs the unedited model), efficacy and generalization by P(new) > P(true) (``--score
+    prob``, the default) or by the greedy answer (``--score answers``); ties keep the earlier
+    candidate, so the current settings stay unless a candidate does better;
   * the tuning requests default to the request file's last ``n``; their ids and the file's digest
     go into the profile (``notes.tune``), and ``mobiedit bench`` refuses to report on them
     (:func:`mobiedit.profile.check_not_tuned_on`);
@@ -102,17 +103,25 @@ def row_sets(sets: tuple) -> tuple:
     return tuple((config_key(k), v) for k, v in sets)
 
 
-def tune_score(quality: dict) -> float:
-    """Harmonic mean (in %) of efficacy and generalization (P(new) > P(true)) and locality
-    (neighbour answers unchanged vs the unedited model): one failing part sinks the score."""
-    parts = [quality.get(k, float("nan")) for k in ("efficacy_prob", "generalization_prob", "locality_unchanged")]
+#: what a candidate is ranked by: the harmonic mean of these quality columns (in %). ``prob``:
+#: efficacy and generalization as P(new) > P(true) (the research convention); ``answers``: both as
+#: the greedy answer's tokens (what a user reads back). Locality is the neighbours' answers
+#: unchanged vs the unedited model in both.
+SCORES = {"prob": ("efficacy_prob", "generalization_prob", "locality_unchanged"),
+          "answers": ("efficacy_acc", "generalization_acc", "locality_unchanged")}
+
+
+def tune_score(quality: dict, score: str = "prob") -> float:
+    """Harmonic mean (in %) of the :data:`SCORES` columns named by ``score`` — efficacy,
+    generalization and locality: one failing part sinks the score."""
+    parts = [quality.get(k, float("nan")) for k in SCORES[score]]
     if any(math.isnan(p) for p in parts):
         return float("nan")
     return 0.0 if min(parts) <= 0 else len(parts) / sum(1.0 / p for p in parts)
 
 
 def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands: list[tuple[int, tuple]],
-             n: int, offset: int, seed: int, out: Path, progress: bool) -> list[dict]:
+             n: int, offset: int, seed: int, out: Path, progress: bool, score: str = "prob") -> list[dict]:
     """Run every candidate as a bench row; return the table (one dict per candidate, in order)."""
     from .bench import run_row
     from .bench_rows import RowSpec
@@ -122,7 +131,7 @@ def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands
         spec = RowSpec(method_row, n, row_sets(sets))
         log.warning("tune candidate %d/%d: layer %d %s", i + 1, len(cands), lay, dict(sets) or "(current settings)")
         res = run_row(spec, model_dir, req_file, lay, seed, out, ability=False, progress=progress, offset=offset)
-        table.append({"layer": lay, "settings": dict(sets), "score": tune_score(res["quality"]),
+        table.append({"layer": lay, "settings": dict(sets), "score": tune_score(res["quality"], score),
                       "quality": res["quality"], "success_rate": res["success_rate"],
                       "loss_evals_median_success": res["loss_evals_median_success"],
                       "wall_per_edit_s": res["wall_per_edit_s"]})
@@ -142,15 +151,17 @@ def best_index(table: list[dict]) -> int:
 def format_line(i: int, row: dict) -> str:
     q = row["quality"]
     name = " ".join(f"{k.split('.')[-1]}={v}" for k, v in row["settings"].items()) or "current"
+    nan = float("nan")
     return (f"{i:>3} L{row['layer']:<3}{name:<44}{row['score']:>7.1f}{q['efficacy_prob']:>7.1f}"
-            f"{q['generalization_prob']:>7.1f}{q.get('locality_unchanged', float('nan')):>7.1f}"
-            f"{row['success_rate']:>7.1f}{row['wall_per_edit_s']:>8.2f}")
+            f"{q['generalization_prob']:>7.1f}{q.get('efficacy_acc', nan):>7.1f}{q.get('generalization_acc', nan):>7.1f}"
+            f"{q.get('locality_unchanged', nan):>7.1f}{row['success_rate']:>7.1f}{row['wall_per_edit_s']:>8.2f}")
 
 
-HEADER = f"{'#':>3} {'L':<4}{'settings':<44}{'score':>7}{'effP':>7}{'genP':>7}{'locU':>7}{'succ%':>7}{'s/edit':>8}"
+HEADER = (f"{'#':>3} {'L':<4}{'settings':<44}{'score':>7}{'effP':>7}{'genP':>7}{'eff':>7}{'gen':>7}{'locU':>7}"
+          f"{'succ%':>7}{'s/edit':>8}")
 
 
-def plot(table: list[dict], best: int, png: Path, title: str) -> None:
+def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob") -> None:
     """One bar per candidate (its score), the chosen one highlighted."""
     import matplotlib
 
@@ -165,7 +176,7 @@ def plot(table: list[dict], best: int, png: Path, title: str) -> None:
     scores = [0.0 if r["score"] != r["score"] else r["score"] for r in table]
     ax.bar(range(len(table)), scores, color=["tab:orange" if i == best else "tab:blue" for i in range(len(table))])
     ax.set_xticks(range(len(table)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("score: harmonic mean of effP, genP, locU (%)")
+    ax.set_ylabel(f"score: harmonic mean of {', '.join(SCORES[score])} (%)", fontsize=8)
     ax.set_ylim(0, 105)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, axis="y")
@@ -228,15 +239,17 @@ def cmd_tune(args) -> int:
     print(f"tuning {model_dir.name}: {len(cands)} candidates x {args.n} requests ({req_file.name} from {offset}), "
           f"row {args.method}")
     print(HEADER)
-    table = run_tune(model_dir, req_file, args.method, layer, cands, args.n, offset, args.seed, out, not args.quiet)
+    table = run_tune(model_dir, req_file, args.method, layer, cands, args.n, offset, args.seed, out, not args.quiet,
+                     args.score)
     best = best_index(table)
     case_ids = [r.case_id for r in request_slice(req_file, args.n, offset)]
     tuning = {"method": args.method, "n": args.n, "offset": offset, "requests": req_file.name,
               "requests_sha256": files_sha256([req_file]), "case_ids": case_ids, "seed": args.seed,
-              "score": "harmonic mean of efficacy_prob, generalization_prob, locality_unchanged",
+              "score": f"harmonic mean of {', '.join(SCORES[args.score])}",
               "chosen": best, "table": [{k: r[k] for k in ("layer", "settings", "score")} for r in table]}
     atomic_write_text(out / "tune.json", json.dumps({"model": str(model_dir), **tuning, "rows": table}, indent=1))
-    plot(table, best, out / "tune.png", f"mobiedit tune {model_dir.name} ({args.method}, {args.n} requests)")
+    plot(table, best, out / "tune.png", f"mobiedit tune {model_dir.name} ({args.method}, {args.n} requests)",
+         args.score)
     print(f"chosen: #{best} — {format_line(best, table[best]).split(None, 1)[1]}")
     print(f"wrote {out / 'tune.json'} and {out / 'tune.png'}")
     if args.write_profile:
@@ -258,6 +271,9 @@ def register(sub) -> None:
                     help="a setting and its values, KEY under objective., context. or success.; repeatable "
                          f"(default: {' '.join(DEFAULT_GRID)})")
     sp.add_argument("--seed", type=int, default=0, help="seed of the context templates and the searches")
+    sp.add_argument("--score", choices=sorted(SCORES), default="prob",
+                    help="rank by the harmonic mean of efficacy, generalization and locality, efficacy and "
+                         "generalization as P(new) > P(true) (prob, the default) or as the greedy answer (answers)")
     sp.add_argument("--out", default="runs/tune", help="folder for the sweep's JSON and PNG")
     sp.add_argument("--write-profile", action="store_true", help="write the chosen settings into the model's profile")
     sp.set_defaults(fn=cmd_tune)

@@ -41,6 +41,11 @@ def test_score_is_a_harmonic_mean_and_ties_keep_the_current():
     assert tune_score(q) == pytest.approx(3 / (1 / 100 + 1 / 50 + 1 / 100))
     assert tune_score({**q, "generalization_prob": 0.0}) == 0.0
     assert math.isnan(tune_score({**q, "locality_unchanged": float("nan")}))
+    # "answers": the greedy answer's efficacy and generalization, not the probability convention's
+    a = {**q, "efficacy_acc": 100.0, "generalization_acc": 25.0}
+    assert tune_score(a, "answers") == pytest.approx(3 / (1 / 100 + 1 / 25 + 1 / 100))
+    assert tune_score(a, "prob") == tune_score(q)
+    assert math.isnan(tune_score(q, "answers"))  # the columns it ranks by are missing
     rows = [{"score": 90.0}, {"score": 90.0}, {"score": float("nan")}, {"score": 80.0}]
     assert best_index(rows) == 0
     assert best_index(rows + [{"score": 90.5}]) == 4
@@ -120,6 +125,15 @@ def test_tune_command_writes_table_png_and_profile(model_copy, tmp_path):
     assert prof.edit_layer == 0 and prof.notes["tune"]["case_ids"] == res["case_ids"]
     assert prof.objective == {k.split(".")[1]: v for k, v in best["settings"].items()}
     assert main(["tune", "--model", str(model_copy), "--requests", str(reqs), "--n", "9"]) == 2  # beyond the file
+    # the greedy-answer score: the same logged rows (resumed, no edit), ranked by it and named in the notes
+    out2 = tmp_path / "tune_answers"
+    shutil.copytree(out, out2)
+    assert main([*argv[:-3], "--out", str(out2), "--score", "answers"]) == 0
+    res2 = json.loads((out2 / "tune.json").read_text())
+    assert res2["score"] == "harmonic mean of efficacy_acc, generalization_acc, locality_unchanged"
+    for r in res2["rows"]:
+        assert r["score"] == pytest.approx(tune_score(r["quality"], "answers"))
+        assert r["quality"] in [r1["quality"] for r1 in res["rows"]]  # the first run's edits, resumed
 
 
 def test_profile_success_rule_reaches_mobiedit_configs_the_bundle_recipe_and_tune(model_copy):
