@@ -7,6 +7,9 @@ to different lengths or in different runs)::
 Per log: efficacy / generalization (token accuracy, then P(new) > P(true)), locality unchanged vs
 the unedited model, success on the edited model, median loss evaluations, the median written
 loss (the edited model's objective at the rewrite rows) and mean s/edit — over the common requests.
+Then, for the last log against each other, on how many requests its generalization (both
+conventions) and locality are higher / lower. ``--json F`` writes the table, the shared case ids
+and every log's per-request scores; ``--png F`` a bar chart of the quality columns.
 """
 from __future__ import annotations
 
@@ -47,9 +50,51 @@ def paired(logs: dict[str, dict[str, dict]]) -> tuple[list[str], dict[str, dict]
     return common, out
 
 
+QUALITY = (("eff", "efficacy_acc"), ("gen", "generalization_acc"), ("effP", "efficacy_prob"),
+           ("genP", "generalization_prob"), ("locU", "locality_unchanged"))
+
+
+def wins(a: dict[str, dict], b: dict[str, dict], common: list[str], key: str) -> tuple[int, int]:
+    """(requests where ``a``'s score ``key`` is above ``b``'s, requests where it is below)."""
+    d = [a[c]["scores"][key] - b[c]["scores"][key] for c in common]
+    return sum(x > 1e-12 for x in d), sum(x < -1e-12 for x in d)
+
+
+def plot(table: dict[str, dict], n: int, png: Path) -> None:
+    """Grouped bars: each log's quality columns (%), evaluations in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(table)
+    fig, ax = plt.subplots(figsize=(8, 4.2 + 0.25 * len(names)))
+    w = 0.8 / len(names)
+    for i, name in enumerate(names):
+        vals = [table[name][c] for c, _ in QUALITY]
+        xs = [j + (i - (len(names) - 1) / 2) * w for j in range(len(QUALITY))]
+        ax.bar(xs, vals, w, label=f"{name} — evals(med) {table[name]['evals(med)']:.0f}")
+        for x, v in zip(xs, vals):
+            ax.text(x, v + 1, f"{v:.0f}", ha="center", fontsize=7)
+    ax.set_xticks(range(len(QUALITY)), [c for c, _ in QUALITY])
+    ax.set_ylim(0, 112)
+    ax.set_ylabel("% of the shared requests' prompts")
+    ax.set_title(f"{n} requests shared by {len(names)} row logs", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    from mobiedit.atomic import atomic_path
+
+    with atomic_path(png, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("logs", type=Path, nargs="+", help="row-*.jsonl files")
+    ap.add_argument("--json", type=Path, help="write the table, the shared case ids and per-request scores here")
+    ap.add_argument("--png", type=Path, help="write a bar chart of the quality columns here")
     a = ap.parse_args()
     logs = {}
     for p in a.logs:
@@ -64,6 +109,18 @@ def main() -> None:
     print(f"{'log':<{width}}" + "".join(f"{c:>18}" for c in COLUMNS))
     for name, row in table.items():
         print(f"{name:<{width}}" + "".join(f"{row[c]:>18.3f}" if "loss" in c else f"{row[c]:>18.1f}" for c in COLUMNS))
+    last = list(logs)[-1]
+    for other in list(logs)[:-1]:
+        counts = {k: wins(logs[last], logs[other], common, key) for k, key in QUALITY if k in ("gen", "genP", "locU")}
+        print(f"{last} vs {other}: " + ", ".join(f"{k} higher on {u} / lower on {d}" for k, (u, d) in counts.items()))
+    if a.json:
+        from mobiedit.atomic import atomic_write_text
+
+        atomic_write_text(a.json, json.dumps({"logs": [str(p) for p in a.logs], "case_ids": common, "table": table,
+                                              "scores": {name: {c: recs[c]["scores"] for c in common}
+                                                         for name, recs in logs.items()}}, indent=1))
+    if a.png:
+        plot(table, len(common), a.png)
 
 
 if __name__ == "__main__":
