@@ -93,7 +93,21 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                  "layer_reason": "causal trace over 12 known facts (`mobiedit trace --model gemma3-270m --requests "
                                  "mobiedit/data/known/gemma3-270m.json --n 12 --write-profile`, 2026-12-01): MLP at "
                                  "the subject's last token has its largest indirect effect at layer 2 (window 6; "
-                                 "0.0284; runner-up layer 1 0.0251); P(true) clean 0.304, corrupted 0.001"}),
+                                 "0.0284; runner-up layer 1 0.0251); P(true) clean 0.304, corrupted 0.001",
+                 # `mobiedit tune --score answers` (docs/results.md, "Gemma-3-270M: the forward-only
+                 # search's margin"): at the margin 0.5 the edits carried 1 of 10 held-out requests'
+                 # paraphrases by greedy answer, at 0.1 4 of 10; P(new) > P(true) 90 and neighbours
+                 # unchanged 100 at both (the default score ties them)
+                 "success": {"nll": 0.1},
+                 "notes": {"tune": {
+                     "command": "mobiedit tune --model gemma3-270m --n 10 --method fzoo-stopw --grid success.nll=0.1 "
+                                "--score answers --out runs/tune_gemma --write-profile",
+                     "date": "2026-12-06", "method": "fzoo-stopw", "n": 10, "offset": 894,
+                     "requests": "gemma3-270m.json",
+                     "requests_sha256": "f91e190c41db1b45e5d9b2c3ed16f1d87b3f583ff3bc46a3c33aef23721896fb",
+                     "case_ids": [f"counterfact-train/{i}" for i in (21737, 21739, 21747, 21749, 21759, 21760,
+                                                                     21783, 21838, 21844, 21906)],
+                     "score": "harmonic mean of efficacy_acc, generalization_acc, locality_unchanged"}}}),
 }
 
 

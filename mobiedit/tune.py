@@ -176,7 +176,9 @@ def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob
     scores = [0.0 if r["score"] != r["score"] else r["score"] for r in table]
     ax.bar(range(len(table)), scores, color=["tab:orange" if i == best else "tab:blue" for i in range(len(table))])
     ax.set_xticks(range(len(table)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel(f"score: harmonic mean of {', '.join(SCORES[score])} (%)", fontsize=8)
+    short = {"efficacy_prob": "effP", "generalization_prob": "genP", "efficacy_acc": "eff", "generalization_acc": "gen",
+             "locality_unchanged": "locU"}
+    ax.set_ylabel(f"score: harmonic mean of {', '.join(short[c] for c in SCORES[score])} (%)")
     ax.set_ylim(0, 105)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, axis="y")
