@@ -18,7 +18,14 @@ import json
 import statistics
 from pathlib import Path
 
-COLUMNS = ("eff", "gen", "effP", "genP", "locU", "succ%", "evals(med)", "written loss(med)", "s/edit")
+from mobiedit.atomic import atomic_path, atomic_write_text
+
+#: the quality columns: (table name, score key)
+QUALITY = (("eff", "efficacy_acc"), ("gen", "generalization_acc"), ("effP", "efficacy_prob"),
+           ("genP", "generalization_prob"), ("locU", "locality_unchanged"))
+
+
+COLUMNS = (*(col for col, _ in QUALITY), "succ%", "evals(med)", "written loss(med)", "s/edit")
 
 
 def read_log(path: Path) -> tuple[dict, dict[str, dict]]:
@@ -41,17 +48,12 @@ def paired(logs: dict[str, dict[str, dict]]) -> tuple[list[str], dict[str, dict]
             return 100.0 * statistics.mean(r["scores"][key] for r in rs)
 
         written = [r["write"]["loss"] for r in rs if r.get("write")]
-        out[name] = {"eff": pct("efficacy_acc"), "gen": pct("generalization_acc"), "effP": pct("efficacy_prob"),
-                     "genP": pct("generalization_prob"), "locU": pct("locality_unchanged"),
+        out[name] = {**{col: pct(key) for col, key in QUALITY},
                      "succ%": 100.0 * statistics.mean(bool(r["succeeded"]) for r in rs),
                      "evals(med)": statistics.median(r["loss_evals"] for r in rs),
                      "written loss(med)": statistics.median(written) if written else float("nan"),
                      "s/edit": statistics.mean(r["wall_s"] for r in rs)}
     return common, out
-
-
-QUALITY = (("eff", "efficacy_acc"), ("gen", "generalization_acc"), ("effP", "efficacy_prob"),
-           ("genP", "generalization_prob"), ("locU", "locality_unchanged"))
 
 
 def wins(a: dict[str, dict], b: dict[str, dict], common: list[str], key: str) -> tuple[int, int]:
@@ -83,8 +85,6 @@ def plot(table: dict[str, dict], n: int, png: Path) -> None:
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    from mobiedit.atomic import atomic_path
-
     with atomic_path(png, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
@@ -114,8 +114,6 @@ def main() -> None:
         counts = {k: wins(logs[last], logs[other], common, key) for k, key in QUALITY if k in ("gen", "genP", "locU")}
         print(f"{last} vs {other}: " + ", ".join(f"{k} higher on {u} / lower on {d}" for k, (u, d) in counts.items()))
     if a.json:
-        from mobiedit.atomic import atomic_write_text
-
         atomic_write_text(a.json, json.dumps({"logs": [str(p) for p in a.logs], "case_ids": common, "table": table,
                                               "scores": {name: {c: recs[c]["scores"] for c in common}
                                                          for name, recs in logs.items()}}, indent=1))
