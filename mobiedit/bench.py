@@ -320,8 +320,6 @@ def cmd_bench(args) -> int:
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
     req_file = request_file(args.requests, model_dir)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     layers = swept or [layer]
     case_ids = [r.case_id for r in request_slice(req_file, max(r.n for r in rows), args.offset)]
     rows, sweep = tune_rows(rows, args.tuned_from, case_ids)
@@ -335,6 +333,11 @@ def cmd_bench(args) -> int:
         data_file(LEE_FILE)
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}", where="--jobs", fix="e.g. --jobs 2 (one per core)")
+    for lay in layers:  # a --set key a row's config lacks fails here, before --out exists
+        for spec in rows:
+            row_config(spec.name, lay, args.seed, spec.sets, model_dir)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
 
     def one(task: tuple[int, RowSpec]) -> dict:
         lay, spec = task

@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_dir, atomic_write_text
+from .atomic import atomic_dir, atomic_write_text, recover_dir
 from .digest import files_sha256
 from .errors import ModelLoadError
 from .paths import cache_root
@@ -269,8 +269,16 @@ def _ensure_profile(ck: Checkpoint, folder: Path) -> None:
 
 
 def resolve_model_arg(value: str | os.PathLike) -> Path:
-    """``--model`` value: a checkpoint name (built on first use) or a folder path."""
+    """``--model`` value: a checkpoint name (built on first use) or an existing folder; anything
+    else is a ModelLoadError naming both choices, before a command reads a profile or writes output."""
     s = str(value)
     if is_checkpoint_name(s):
         return ensure_checkpoint(s)
-    return Path(value)
+    path = Path(value)
+    if not path.exists():
+        recover_dir(path)  # a crash inside atomic_dir's non-atomic fallback left the folder aside
+    if not path.is_dir():
+        raise ModelLoadError("model folder does not exist and is no checkpoint name", where=s,
+                             fix=f"pass a local model folder or one of {sorted(CHECKPOINTS)} "
+                                 "(`mobiedit model --list`); hub downloads are disabled")
+    return path

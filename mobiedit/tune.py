@@ -235,9 +235,9 @@ def cmd_tune(args) -> int:
     if offset < 0 or offset + args.n > total:
         raise ConfigError(f"requests {offset}..{offset + args.n} are not all in {req_file.name} ({total})",
                           where="--offset", fix=f"use --n <= {total} and --offset <= {total} - n")
+    cands = distinct(candidates(layer, layers, grid), args.method, args.seed, model_dir)  # before --out exists
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cands = distinct(candidates(layer, layers, grid), args.method, args.seed, model_dir)
     print(f"tuning {model_dir.name}: {len(cands)} candidates x {args.n} requests ({req_file.name} from {offset}), "
           f"row {args.method}")
     print(HEADER)

@@ -172,3 +172,28 @@ def test_tune_refuses_a_margin_grid_for_rome(model_copy, tmp_path):
 
     assert main(["tune", "--model", str(model_copy), "--method", "rome-lean", "--grid", "success.nll=0.1,0.5",
                  "--n", "1", "--out", str(tmp_path / "t")]) == 2
+
+
+def test_bad_settings_and_an_unknown_model_create_no_output_folder(model_copy, tmp_path, capsys):
+    """A value a row's config cannot take, a key it lacks, or a --model that is neither a folder nor
+    a checkpoint name: a named error before ``--out`` exists (no empty folder left to clean up)."""
+    from mobiedit.cli import main
+    from mobiedit.requests import bundled_path
+
+    reqs = tmp_path / "reqs.json"
+    reqs.write_text(json.dumps(json.loads(bundled_path("counterfact-edit-1k.json").read_text())[:3]))
+    common = ["--model", str(model_copy), "--requests", str(reqs), "--n", "1"]
+    runs = {"t1": ["tune", *common, "--method", "fzoo-stopw", "--grid", "success.nll=abc"],
+            "t2": ["tune", *common, "--method", "fzoo-stopw", "--grid", "objective.nosuch=1"],
+            "b1": ["bench", *common, "--layer", "0", "--rows", "fzoo-stopw", "--set", "fzoo-stopw:nosuch.key=1",
+                   "--no-ability"],
+            "b2": ["bench", *common, "--layer", "0", "--rows", "rome-lean", "--set", "objective.kl_factor=\"x\"",
+                   "--no-ability"],
+            "nomodel": ["tune", "--model", str(tmp_path / "no_such_model"), "--n", "1"]}
+    for name, argv in runs.items():
+        capsys.readouterr()
+        assert main(["--quiet", *argv, "--out", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("mobiedit: error:") and "fix:" in err and "Traceback" not in err, (name, err)
+        assert not (tmp_path / name).exists(), name
+    assert "no_such_model" in err and "smollm2-135m" in err and "gemma3-270m" in err  # the last: both choices named
