@@ -167,8 +167,8 @@ def check_output_dir(out: str | os.PathLike, kind: str, inputs: Iterable[str | o
         if non_empty and found != kind and not overwrite:
             what = f"a `{_COMMAND[found]}` output" if found else "not written by mobiedit"
             raise ConfigError(f"folder is not empty and is {what}; it would be replaced", where=where,
-                              fix=f"choose a new or empty folder, or pass --overwrite to replace it "
-                                  f"(everything in it is deleted)")
+                              fix="choose a new or empty folder, or pass --overwrite to replace it "
+                                  "(everything in it is deleted)")
         if non_empty and found == "bundle" and kind == "bundle" and not overwrite and _journaled(out):
             raise ConfigError("is a bundle whose journal holds edits (made with `edit --bundle` or the app, "
                               "kept nowhere else); a new export would delete them", where=where,
