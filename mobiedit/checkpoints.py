@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_dir, atomic_write_text, recover_dir
+from .atomic import atomic_dir, atomic_write_text
 from .digest import files_sha256
 from .errors import ModelLoadError
 from .paths import cache_root
@@ -274,11 +274,7 @@ def resolve_model_arg(value: str | os.PathLike) -> Path:
     s = str(value)
     if is_checkpoint_name(s):
         return ensure_checkpoint(s)
-    path = Path(value)
-    if not path.exists():
-        recover_dir(path)  # a crash inside atomic_dir's non-atomic fallback left the folder aside
-    if not path.is_dir():
-        raise ModelLoadError("model folder does not exist and is no checkpoint name", where=s,
-                             fix=f"pass a local model folder or one of {sorted(CHECKPOINTS)} "
-                                 "(`mobiedit model --list`); hub downloads are disabled")
-    return path
+    from .models import require_model_dir
+
+    return require_model_dir(value, fix=f"pass a local model folder or a checkpoint name, one of {sorted(CHECKPOINTS)} "
+                                        "(`mobiedit model --list`); hub downloads are disabled")

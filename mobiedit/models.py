@@ -79,6 +79,17 @@ def _all_finite(t: torch.Tensor) -> bool:
     return all(_all_finite(getattr(t, n)) for n in flatten()[0])
 
 
+def require_model_dir(path: str | os.PathLike, fix: str = "pass a local folder; hub downloads are disabled") -> Path:
+    """``path`` as an existing folder — after finishing an interrupted :func:`~mobiedit.atomic.atomic_dir`
+    replacement of it — else a ModelLoadError naming it, with ``fix``."""
+    path = Path(path)
+    if not path.exists():
+        recover_dir(path)  # a crash inside atomic_dir's non-atomic fallback left the folder aside
+    if not path.is_dir():
+        raise ModelLoadError("model folder does not exist", where=str(path), fix=fix)
+    return path
+
+
 def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
                dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load model + tokenizer from a local folder, offline, safetensors only.
@@ -86,12 +97,7 @@ def load_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
     The returned model is in eval mode with gradients disabled on every parameter (editing code
     enables what it needs explicitly).
     """
-    path = Path(path)
-    if not path.exists():
-        recover_dir(path)  # a crash inside atomic_dir's non-atomic fallback left the folder aside
-    if not path.is_dir():
-        raise ModelLoadError("model folder does not exist", where=str(path),
-                             fix="pass a local folder; hub downloads are disabled")
+    path = require_model_dir(path)
     check_regular_files(path)  # before any open: a FIFO would block, /dev/zero never end
     cfg = read_config(path)
     family = family_for(str(cfg.get("model_type", "")))

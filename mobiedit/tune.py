@@ -111,6 +111,11 @@ SCORES = {"prob": ("efficacy_prob", "generalization_prob", "locality_unchanged")
           "answers": ("efficacy_acc", "generalization_acc", "locality_unchanged")}
 
 
+def score_label(score: str) -> str:
+    """How ``tune.json`` and a profile's ``notes.tune`` name the score ``score``."""
+    return f"harmonic mean of {', '.join(SCORES[score])}"
+
+
 def tune_score(quality: dict, score: str = "prob") -> float:
     """Harmonic mean (in %) of the :data:`SCORES` columns named by ``score`` — efficacy,
     generalization and locality: one failing part sinks the score."""
@@ -247,7 +252,7 @@ def cmd_tune(args) -> int:
     case_ids = [r.case_id for r in request_slice(req_file, args.n, offset)]
     tuning = {"method": args.method, "n": args.n, "offset": offset, "requests": req_file.name,
               "requests_sha256": files_sha256([req_file]), "case_ids": case_ids, "seed": args.seed,
-              "score": f"harmonic mean of {', '.join(SCORES[args.score])}",
+              "score": score_label(args.score),
               "chosen": best, "table": [{k: r[k] for k in ("layer", "settings", "score")} for r in table]}
     atomic_write_text(out / "tune.json", json.dumps({"model": str(model_dir), **tuning, "rows": table}, indent=1))
     plot(table, best, out / "tune.png", f"mobiedit tune {model_dir.name} ({args.method}, {args.n} requests)",

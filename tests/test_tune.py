@@ -197,3 +197,13 @@ def test_bad_settings_and_an_unknown_model_create_no_output_folder(model_copy, t
         assert err.startswith("mobiedit: error:") and "fix:" in err and "Traceback" not in err, (name, err)
         assert not (tmp_path / name).exists(), name
     assert "no_such_model" in err and "smollm2-135m" in err and "gemma3-270m" in err  # the last: both choices named
+
+
+def test_registry_tune_notes_name_the_score_as_tune_writes_it():
+    """The registry profiles' ``notes.tune`` record what `tune --write-profile` wrote: the score
+    named exactly as :func:`mobiedit.tune.score_label` names it (SmolLM2: prob; Gemma: answers)."""
+    from mobiedit.checkpoints import CHECKPOINTS
+    from mobiedit.tune import score_label
+
+    assert CHECKPOINTS["smollm2-135m"].profile["notes"]["tune"]["score"] == score_label("prob")
+    assert CHECKPOINTS["gemma3-270m"].profile["notes"]["tune"]["score"] == score_label("answers")
