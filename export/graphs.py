@@ -131,7 +131,7 @@ class PrefixModule(torch.nn.Module):
 
     def forward(self, input_ids, suffix_pos, subject_pos, kl_index, slot_u, slot_w):
         B, N = input_ids.shape
-        S, P = self.shapes.suffix, self.shapes.prefix
+        P = self.shapes.prefix
         pos = torch.arange(N, dtype=I64).view(1, N).expand(B, N)
         x = embed(self.model, self.family, input_ids, pos)
         pe = rotary(self.model, self.family, x, pos)

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from mobiedit.evaluate import aggregate, pre_edit_snapshot, score_request
-from mobiedit.factlm import EDIT_LAYER, PRESETS
+from mobiedit.evaluate import aggregate
+from mobiedit.factlm import EDIT_LAYER
 from mobiedit.models import load_model
 from mobiedit.requests import bundled_path, load_requests
 from mobiedit.editing.config import ROMEConfig

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mobiedit.head import ChunkedHead, narrow_head
-from mobiedit.forward.quant import SIDECAR, QuantConfig, quantized_copy
+from mobiedit.forward.quant import QuantConfig, quantized_copy
+from mobiedit.quant_io import SIDECAR
 from mobiedit.forward.quant_save import save_quantized
 from mobiedit.methods.mobiedit import MobiEditConfig
 from mobiedit.models import load_model

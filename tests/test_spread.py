@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from mobiedit.editing.config import ContextConfig, ObjectiveConfig, ROMEConfig, UpdateConfig, written_layers
+from mobiedit.editing.config import ContextConfig, ROMEConfig, UpdateConfig, written_layers
 from mobiedit.errors import ConfigError
 
 

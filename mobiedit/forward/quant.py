@@ -28,7 +28,6 @@ import torch
 from ..errors import ConfigError
 from ..families import Family
 from ..head import head_dtype_of, narrow_head
-from ..quant_io import SIDECAR  # noqa: F401  (re-exported: the sidecar a pre-quantized folder carries)
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ import torch
 
 from ..errors import ConfigError
 from ..head import head_dtype_of
-from .quant import SAVED_SCHEMES, SIDECAR, QuantConfig
+from ..quant_io import SIDECAR
+from .quant import SAVED_SCHEMES, QuantConfig
 
 log = logging.getLogger(__name__)
 
