@@ -65,6 +65,15 @@ def check_rows_ridge(value, where: str) -> None:
                           fix="e.g. 1e-2 (relative to the mean diagonal of KᵀC⁻¹K)")
 
 
+def check_mom2_ridge(value, where: str) -> None:
+    """The relative ridge added to the key statistics ``C`` before a solve (``rome.mom2_ridge``,
+    ``mobiedit.mom2_ridge``; ``λ = mom2_ridge · mean(diag C)``): a finite number >= 0; a ConfigError
+    naming ``where`` otherwise."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise ConfigError(f"mom2_ridge={value!r} must be a finite number >= 0", where=where,
+                          fix="e.g. 1e-4 (numerical safety, the default) or 1 (a norm constraint on the update)")
+
+
 def check_edited_weight(value, where: str) -> None:
     """The protecting rules' weight of the applied edits' keys (``update.edited_weight``, a bundle's
     ``edit.update.edited_weight``): a finite number > 0; a ConfigError naming ``where`` otherwise."""
@@ -203,6 +212,7 @@ class ROMEConfig:
             raise ConfigError(f"layer must be >= 0, got {self.layer}", where="rome.layer",
                               fix="pick a layer index of the model")
         check_fraction(self.success_fraction, "rome.success_fraction")
+        check_mom2_ridge(self.mom2_ridge, "rome.mom2_ridge")
         if self.steps < 1 or not (0 < self.lr < 100):
             raise ConfigError("steps must be >= 1 and lr in (0, 100)", where="rome.steps/lr",
                               fix="ROME's defaults: steps 20-25, lr 0.5")

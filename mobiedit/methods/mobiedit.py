@@ -23,7 +23,7 @@ from ..forward.quant import QuantConfig, check_prequantized, is_prequantized, qu
 from ..forward.stream import layers_paged_out
 from ..models import LoadedModel
 from ..requests import EditRequest
-from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig, written_layers
+from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig, check_mom2_ridge, written_layers
 from ..editing.context import EditInputs, build_edit_inputs
 from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll, check_stop_on, search_record
 from ..zo import ZOConfig
@@ -71,6 +71,7 @@ class MobiEditConfig:
                               fix="pick a layer index of the model")
         check_fraction(self.success_fraction, "mobiedit.success_fraction")
         check_nll(self.success_nll, "mobiedit.success_nll")
+        check_mom2_ridge(self.mom2_ridge, "mobiedit.mom2_ridge")
         check_stop_on(self.stop_on, "mobiedit.stop_on")
         if self.stop_on == "written" and not self.verify_write:
             raise ConfigError("stop_on 'written' needs the write check", where="mobiedit.stop_on",
