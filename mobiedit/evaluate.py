@@ -174,9 +174,14 @@ def aggregate(scores: list[RequestScores]) -> dict[str, float]:
     ``perplexity_change_pct`` = mean of 100·(ppl/ppl_pre − 1). Metrics a run did not compute are NaN."""
     agg = {m: 100.0 * _mean([getattr(s, m) for s in scores]) for m in METRICS + LOCALITY_METRICS}
     agg |= {m: _mean([getattr(s, m) for s in scores]) for m in ABILITY_METRICS}
-    agg["perplexity_change_pct"] = _mean([100.0 * (s.perplexity / s.perplexity_pre - 1.0) for s in scores
-                                          if s.perplexity_pre == s.perplexity_pre and s.perplexity_pre > 0])
+    agg["perplexity_change_pct"] = perplexity_change_pct([(s.perplexity_pre, s.perplexity) for s in scores])
     return agg | {"n": len(scores)}
+
+
+def perplexity_change_pct(pairs: list[tuple[float, float]]) -> float:
+    """Mean of 100·(ppl/ppl_pre − 1) over the (before, after) pairs that were measured (a NaN or
+    non-positive ``ppl_pre`` is skipped); NaN when none was."""
+    return _mean([100.0 * (post / pre - 1.0) for pre, post in pairs if pre == pre and pre > 0])
 
 
 def scores_json(scores: list[RequestScores]) -> list[dict]:

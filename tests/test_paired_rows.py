@@ -54,3 +54,19 @@ def test_main_prints_the_counts_and_writes_json_and_png(logs, tmp_path, monkeypa
     res = json.loads(out_json.read_text())
     assert res["case_ids"] == ["c1", "c2"] and set(res["scores"]) == set(res["table"])
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_perplexity_and_fluency_only_where_every_shared_request_measured_them(logs):
+    import math
+
+    from tools.paired_rows import read_log
+
+    recs = {p.stem: read_log(p)[1] for p in logs}
+    for case, (pre, post) in {"c1": (10.0, 10.2), "c2": (20.0, 19.8)}.items():
+        recs["row-a"][case]["scores"].update(perplexity_pre=pre, perplexity=post, fluency_pre=4.0, fluency=5.0)
+    common, table = paired(recs)
+    assert table["row-a"]["ppl%"] == pytest.approx((2.0 - 1.0) / 2)  # the mean of +2 % and -1 %
+    assert (table["row-a"]["flu pre"], table["row-a"]["flu post"]) == (4.0, 5.0)
+    assert all(math.isnan(table["row-b"][c]) for c in ("ppl%", "flu pre", "flu post"))  # a --no-ability log
+    recs["row-a"]["c2"]["scores"]["perplexity"] = float("nan")  # one request not measured: no figure
+    assert math.isnan(paired(recs)[1]["row-a"]["ppl%"])

@@ -6,7 +6,10 @@ to different lengths or in different runs)::
 
 Per log: efficacy / generalization (token accuracy, then P(new) > P(true)), locality unchanged vs
 the unedited model, success on the edited model, median loss evaluations, the median written
-loss (the edited model's objective at the rewrite rows) and mean s/edit — over the common requests.
+loss (the edited model's objective at the rewrite rows), mean s/edit, and — where every log measured
+general ability on every shared request (a bench run without ``--no-ability``) — the held-out
+perplexity change (``mobiedit.evaluate.perplexity_change_pct``) and the fluency (n-gram entropy,
+bits) before and after; NaN otherwise. All over the common requests.
 Then, for the last log against each other, on how many requests its generalization (both
 conventions) and locality are higher / lower. ``--json F`` writes the table, the shared case ids
 and every log's per-request scores; ``--png F`` a bar chart of the quality columns.
@@ -19,13 +22,27 @@ import statistics
 from pathlib import Path
 
 from mobiedit.atomic import atomic_path, atomic_write_text
+from mobiedit.evaluate import perplexity_change_pct
 
 #: the quality columns: (table name, score key)
 QUALITY = (("eff", "efficacy_acc"), ("gen", "generalization_acc"), ("effP", "efficacy_prob"),
            ("genP", "generalization_prob"), ("locU", "locality_unchanged"))
 
 
-COLUMNS = (*(col for col, _ in QUALITY), "succ%", "evals(med)", "written loss(med)", "s/edit")
+COLUMNS = (*(col for col, _ in QUALITY), "succ%", "evals(med)", "written loss(med)", "s/edit", "ppl%", "flu pre",
+           "flu post")
+NAN = float("nan")
+
+
+def ability(rs: list[dict]) -> dict[str, float]:
+    """``ppl%``, ``flu pre``, ``flu post`` of the records ``rs``: NaN unless each one measured them."""
+    sc = [r["scores"] for r in rs]
+    keys = ("perplexity_pre", "perplexity", "fluency_pre", "fluency")
+    if not sc or any(not (s.get(k, NAN) == s.get(k, NAN)) for s in sc for k in keys):
+        return {"ppl%": NAN, "flu pre": NAN, "flu post": NAN}
+    return {"ppl%": perplexity_change_pct([(s["perplexity_pre"], s["perplexity"]) for s in sc]),
+            "flu pre": statistics.mean(s["fluency_pre"] for s in sc),
+            "flu post": statistics.mean(s["fluency"] for s in sc)}
 
 
 def read_log(path: Path) -> tuple[dict, dict[str, dict]]:
@@ -52,7 +69,7 @@ def paired(logs: dict[str, dict[str, dict]]) -> tuple[list[str], dict[str, dict]
                      "succ%": 100.0 * statistics.mean(bool(r["succeeded"]) for r in rs),
                      "evals(med)": statistics.median(r["loss_evals"] for r in rs),
                      "written loss(med)": statistics.median(written) if written else float("nan"),
-                     "s/edit": statistics.mean(r["wall_s"] for r in rs)}
+                     "s/edit": statistics.mean(r["wall_s"] for r in rs), **ability(rs)}
     return common, out
 
 
@@ -108,7 +125,7 @@ def main() -> None:
     width = max(len(k) for k in table)
     print(f"{'log':<{width}}" + "".join(f"{c:>18}" for c in COLUMNS))
     for name, row in table.items():
-        print(f"{name:<{width}}" + "".join(f"{row[c]:>18.3f}" if "loss" in c else f"{row[c]:>18.1f}" for c in COLUMNS))
+        print(f"{name:<{width}}" + "".join(f"{row[c]:>18.3f}" if "loss" in c or c[:3] in ("ppl", "flu") else f"{row[c]:>18.1f}" for c in COLUMNS))
     last = list(logs)[-1]
     for other in list(logs)[:-1]:
         counts = {k: wins(logs[last], logs[other], common, key) for k, key in QUALITY if k in ("gen", "genP", "locU")}
