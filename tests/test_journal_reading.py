@@ -94,6 +94,7 @@ BAD_LINES = [
     (lambda o: o.update(metrics=[1]), "field 'metrics': must be dict"),
     (lambda o: o.update(id=True), "field 'id'"),
     (lambda o: o.update(d_in=65, module="model.layers.1.mlp.down_proj"), "differs from edit 1"),
+    (lambda o: o.update(config={"case_id": "\ud800"}), "lone surrogate"),  # found by the fuzz test
 ]
 
 
