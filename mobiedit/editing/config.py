@@ -57,10 +57,17 @@ def check_ladder(values, where: str, fix: str) -> None:
         raise ConfigError(f"{where}={list(values)[:8]} must be increasing positive factors", where=where, fix=fix)
 
 
+def _finite_number(value, zero_ok: bool) -> bool:
+    """A finite int or float (not a bool) that is > 0, or >= 0 when ``zero_ok``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value >= 0 if zero_ok else value > 0
+
+
 def check_rows_ridge(value, where: str) -> None:
     """The ``rows`` rule's ridge (``update.rows_ridge``, a bundle's ``edit.rows_ridge``): a finite
     number > 0; a ConfigError naming ``where`` otherwise."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+    if not _finite_number(value, zero_ok=False):
         raise ConfigError(f"rows_ridge={value!r} must be a finite number > 0", where=where,
                           fix="e.g. 1e-2 (relative to the mean diagonal of KᵀC⁻¹K)")
 
@@ -69,7 +76,7 @@ def check_mom2_ridge(value, where: str) -> None:
     """The relative ridge added to the key statistics ``C`` before a solve (``rome.mom2_ridge``,
     ``mobiedit.mom2_ridge``; ``λ = mom2_ridge · mean(diag C)``): a finite number >= 0; a ConfigError
     naming ``where`` otherwise."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+    if not _finite_number(value, zero_ok=True):
         raise ConfigError(f"mom2_ridge={value!r} must be a finite number >= 0", where=where,
                           fix="e.g. 1e-4 (numerical safety, the default) or 1 (a norm constraint on the update)")
 
@@ -77,7 +84,7 @@ def check_mom2_ridge(value, where: str) -> None:
 def check_edited_weight(value, where: str) -> None:
     """The protecting rules' weight of the applied edits' keys (``update.edited_weight``, a bundle's
     ``edit.update.edited_weight``): a finite number > 0; a ConfigError naming ``where`` otherwise."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+    if not _finite_number(value, zero_ok=False):
         raise ConfigError(f"edited_weight={value!r} must be a finite number > 0", where=where,
                           fix="e.g. 1 (each applied edit's key counts as one average token of the key statistics C)")
 
