@@ -116,11 +116,6 @@ class Journal:
             except JSONProblem as e:  # malformed, duplicate key, too many digits, too deep
                 raise JournalError(f"malformed JSON ({e})", where=f"{path}, line {n}",
                                    fix=RESTORE) from None
-            try:  # a "\ud800" escape parses to a lone surrogate, which no later rewrite could encode
-                json.dumps(obj, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                raise JournalError("a string holds a lone surrogate escape (not Unicode text)",
-                                   where=f"{path}, line {n}", fix=RESTORE) from None
             entry = entry_from_json(obj, f"{path}, line {n}")
             if entries and entry.id <= entries[-1].id:
                 raise JournalError(f"id {entry.id} does not follow {entries[-1].id}",

@@ -4,14 +4,20 @@ Python's ``json`` keeps the *last* of two equal keys, so ``{"slots": 1, "slots":
 means 10; a hand-edited or hostile file can hide a value that way. :func:`loads_strict` refuses
 duplicates, and every way the parser can fail on hostile text — malformed JSON, a number of more
 than 4 300 digits (Python's int-parsing limit raises ``ValueError``), nesting deep enough to raise
-``RecursionError`` — surfaces as :class:`JSONProblem` (a ``ValueError``) with a one-line message.
+``RecursionError``, a ``"\ud800"`` escape that decodes to a lone surrogate (a string no later
+rewrite of the file could encode as UTF-8) — surfaces as :class:`JSONProblem` (a ``ValueError``)
+with a one-line message.
 Callers wrap it in their own named error (``RequestError``, ``JournalError``, ``BundleError``,
 ``ModelLoadError``) with the path.
 """
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+#: a \\uD800-\\uDFFF escape; a pair of them may be one valid character, so a match is checked further
+_LONE_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class JSONProblem(ValueError):
@@ -35,14 +41,21 @@ def loads_strict(text: str) -> Any:
     """Parse ``text`` like ``json.loads`` but refuse duplicate object keys.
 
     Raises:
-        JSONProblem: malformed JSON, a duplicate key, nesting too deep, or an integer too long to
-            parse; the message is one line.
+        JSONProblem: malformed JSON, a duplicate key, nesting too deep, an integer too long to
+            parse, or a lone surrogate escape; the message is one line.
     """
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        obj = json.loads(text, object_pairs_hook=_no_duplicates)
     except JSONProblem:
         raise
     except RecursionError:
         raise JSONProblem("nested too deeply") from None
     except ValueError as e:  # JSONDecodeError, and the int-digits limit
         raise JSONProblem(" ".join(str(e).split())[:200]) from None
+    if _LONE_SURROGATE_ESCAPE.search(text):  # only an escape can put a surrogate in parsed text
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise JSONProblem("a string holds a lone surrogate escape such as \\ud800 (not Unicode text); "
+                              "write the character itself or a valid surrogate pair") from None
+    return obj

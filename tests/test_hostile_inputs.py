@@ -62,6 +62,7 @@ def test_the_valid_manifest_is_accepted(tmp_path):
     ('{"format_version": ' + HUGE_INT + "}", "Exceeds the limit"),
     ('{"a": ' + "[" * DEEP + "]" * DEEP + "}", "nested too deeply"),
     ('{"slots": 1, "slots": 2}', "duplicate key 'slots'"),
+    ('{"name": "\\udc80"}', "lone surrogate"),  # an edit's rewrite of the manifest could not encode it
 ])
 def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
     _write(tmp_path, raw)
@@ -307,6 +308,21 @@ def test_duplicate_keys_are_refused_in_requests_config_and_journal(tmp_path, tin
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(JournalError, match="duplicate key 'id'"):
         Journal.open(jdir, readonly=True)
+
+
+def test_lone_surrogate_escapes_are_refused_and_valid_pairs_kept(tmp_path):
+    from mobiedit.jsonio import JSONProblem, loads_strict
+    from mobiedit.requests import load_requests
+
+    assert loads_strict('["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001F600", "\\ud800"]  # a pair; a backslash
+    for text in ('"\\ud800"', '["ok", {"k": "a\\udfffb"}]', '"\\ude00\\ud83d"'):  # lone, nested, reversed pair
+        with pytest.raises(JSONProblem, match="lone surrogate"):
+            loads_strict(text)
+    req = tmp_path / "r.json"
+    req.write_text('[{"case_id": 1, "subject": "Paris", "prompt": "{} is in", "target_new": "It\\ud800aly"}]')
+    with pytest.raises(RequestError, match="lone surrogate") as err:
+        load_requests(req)
+    assert str(req) in str(err.value)
 
 
 # ----------------------------------------------------------------------------- case 11: the terminal
