@@ -4,7 +4,7 @@ Python's ``json`` keeps the *last* of two equal keys, so ``{"slots": 1, "slots":
 means 10; a hand-edited or hostile file can hide a value that way. :func:`loads_strict` refuses
 duplicates, and every way the parser can fail on hostile text — malformed JSON, a number of more
 than 4 300 digits (Python's int-parsing limit raises ``ValueError``), nesting deep enough to raise
-``RecursionError``, a ``"\ud800"`` escape that decodes to a lone surrogate (a string no later
+``RecursionError``, a ``"\\ud800"`` escape that decodes to a lone surrogate (a string no later
 rewrite of the file could encode as UTF-8) — surfaces as :class:`JSONProblem` (a ``ValueError``)
 with a one-line message.
 Callers wrap it in their own named error (``RequestError``, ``JournalError``, ``BundleError``,

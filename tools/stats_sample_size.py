@@ -63,6 +63,7 @@ def plot(reports: list[dict], png: str) -> None:
     import matplotlib.pyplot as plt
 
     from mobiedit.atomic import atomic_path
+    from mobiedit.stats_corpus import STATS_TOKENS
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for rep in reports:
@@ -70,8 +71,8 @@ def plot(reports: list[dict], png: str) -> None:
         xs = [r["budget_tokens"] for r in rep["rows"]]
         axes[0].plot(xs, [r["leak_ratio_to_largest_median"] for r in rep["rows"]], "o-", label=name)
         axes[1].plot(xs, [r["cos_w_with_largest_median"] for r in rep["rows"]], "o-", label=name)
-    axes[0].axvline(131072, color="grey", ls=":", lw=1)
-    axes[1].axvline(131072, color="grey", ls=":", lw=1)
+    for ax in axes:  # the shipped size
+        ax.axvline(STATS_TOKENS, color="grey", ls=":", lw=1)
     axes[0].set(xscale="log", xlabel="tokens behind C", ylabel="held-out leak wᵀC_held w (÷ largest; median)",
                 title="the write's leak into held-out text")
     axes[1].set(xscale="log", xlabel="tokens behind C", ylabel="cos(w, w at the largest C) (median)",
