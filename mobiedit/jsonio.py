@@ -37,8 +37,20 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def loads_strict(text: str) -> Any:
+def has_lone_surrogate(value: str) -> bool:
+    """True when ``value`` holds a surrogate code point that is not Unicode text (not UTF-8 encodable)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def loads_strict(text: str, *, lone_surrogates: bool = False) -> Any:
     """Parse ``text`` like ``json.loads`` but refuse duplicate object keys.
+
+    ``lone_surrogates`` True leaves lone surrogate escapes to the caller (a reader that names the
+    field holding one, as the request reader does); by default they are refused here.
 
     Raises:
         JSONProblem: malformed JSON, a duplicate key, nesting too deep, an integer too long to
@@ -52,10 +64,8 @@ def loads_strict(text: str) -> Any:
         raise JSONProblem("nested too deeply") from None
     except ValueError as e:  # JSONDecodeError, and the int-digits limit
         raise JSONProblem(" ".join(str(e).split())[:200]) from None
-    if _LONE_SURROGATE_ESCAPE.search(text):  # only an escape can put a surrogate in parsed text
-        try:
-            json.dumps(obj, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
+    if not lone_surrogates and _LONE_SURROGATE_ESCAPE.search(text):  # only an escape puts one in parsed text
+        if has_lone_surrogate(json.dumps(obj, ensure_ascii=False)):
             raise JSONProblem("a string holds a lone surrogate escape such as \\ud800 (not Unicode text); "
                               "write the character itself or a valid surrogate pair") from None
     return obj

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
 from .errors import RequestError
+from .jsonio import has_lone_surrogate
 
 SLOT = "{}"
 FORMATS = ("counterfact_rome", "counterfact_flat", "zsre")
@@ -157,7 +158,16 @@ class Rec:
         if not isinstance(value, kind) or isinstance(value, bool):
             want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             self.fail(dotted, f"must be {want}, got {type(value).__name__}", f"make '{dotted}' a {want}")
+        if isinstance(value, str):
+            self.unicode(value, dotted)
         return value
+
+    def unicode(self, value: str, dotted: str) -> None:
+        """Refuse a string holding a lone surrogate (a ``\\ud800`` escape without its pair): no
+        output file could store it."""
+        if has_lone_surrogate(value):
+            self.fail(dotted, "holds a lone surrogate escape (not Unicode text)",
+                      "write the character itself or a valid surrogate pair")
 
     def text(self, obj: dict, key: str, dotted: str, required: bool = True) -> str | None:
         return self.get(obj, key, dotted, str, required)
@@ -180,6 +190,7 @@ class Rec:
             if not isinstance(item, str) or not item.strip():
                 self.fail(f"{dotted}[{i}]", f"must be a non-empty string, got {item!r}",
                           "remove it or give the prompt text")
+            self.unicode(item, f"{dotted}[{i}]")
         return list(items)
 
     def take_case_id(self) -> str:

@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------- files
 
 def _read_records(path: Path) -> list[Any]:
-    """Parse a JSON list or JSON Lines file; every failure is a RequestError naming the file."""
+    """Parse a JSON list or JSON Lines file; every failure is a RequestError naming the file (a lone
+    surrogate escape is left to the record's validation, which names its field)."""
     where = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -58,7 +59,7 @@ def _read_records(path: Path) -> list[Any]:
     if not text.strip():
         raise RequestError("file is empty", where=where, fix="write a JSON list of request records")
     try:
-        data = loads_strict(text)
+        data = loads_strict(text, lone_surrogates=True)
     except DuplicateKeyError as e:
         raise RequestError(str(e), where=where, fix="remove the repeated key (JSON would keep only the last)") from None
     except JSONProblem as first:  # malformed, too many digits, too deep
@@ -70,7 +71,7 @@ def _read_records(path: Path) -> list[Any]:
             if not line.strip():
                 continue
             try:
-                data.append(loads_strict(line))
+                data.append(loads_strict(line, lone_surrogates=True))
             except DuplicateKeyError as e:
                 raise RequestError(f"line {n}: {e}", where=where,
                                    fix="remove the repeated key (JSON would keep only the last)") from None

@@ -319,10 +319,15 @@ def test_lone_surrogate_escapes_are_refused_and_valid_pairs_kept(tmp_path):
         with pytest.raises(JSONProblem, match="lone surrogate"):
             loads_strict(text)
     req = tmp_path / "r.json"
-    req.write_text('[{"case_id": 1, "subject": "Paris", "prompt": "{} is in", "target_new": "It\\ud800aly"}]')
-    with pytest.raises(RequestError, match="lone surrogate") as err:
+    req.write_text('[{"case_id": 1, "subject": "Paris", "prompt": "Paris is in", "target_new": "It\\ud800aly"}, '
+                   '{"case_id": 3, "subject": "Rome", "prompt": "Rome is in", "target_new": "Spain"}]')
+    with pytest.raises(RequestError, match="lone surrogate") as err:  # the record's field is named
         load_requests(req)
-    assert str(req) in str(err.value)
+    assert "field 'target_new'" in str(err.value)
+    assert [r.case_id for r in load_requests(req, skip_invalid=True)] == ["3"]  # that record skipped, not the file
+    with pytest.raises(RequestError, match=r"field 'rephrase_prompt\[0\]': holds a lone surrogate"):
+        load_requests([{"case_id": 2, "subject": "Paris", "prompt": "Paris is in", "target_new": "Italy",
+                        "rephrase_prompt": ["x\udc00 Paris is in"]}])
 
 
 # ----------------------------------------------------------------------------- case 11: the terminal
