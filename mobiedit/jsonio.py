@@ -18,6 +18,9 @@ from typing import Any
 
 #: a \\uD800-\\uDFFF escape; a pair of them may be one valid character, so a match is checked further
 _LONE_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: what a reader says of a string with a lone surrogate, and the fix (one wording for every reader)
+LONE_SURROGATE = "holds a lone surrogate escape such as \\ud800 (not Unicode text)"
+LONE_SURROGATE_FIX = "write the character itself or a valid surrogate pair"
 
 
 class JSONProblem(ValueError):
@@ -66,6 +69,5 @@ def loads_strict(text: str, *, lone_surrogates: bool = False) -> Any:
         raise JSONProblem(" ".join(str(e).split())[:200]) from None
     if not lone_surrogates and _LONE_SURROGATE_ESCAPE.search(text):  # only an escape puts one in parsed text
         if has_lone_surrogate(json.dumps(obj, ensure_ascii=False)):
-            raise JSONProblem("a string holds a lone surrogate escape such as \\ud800 (not Unicode text); "
-                              "write the character itself or a valid surrogate pair") from None
+            raise JSONProblem(f"a string {LONE_SURROGATE}; {LONE_SURROGATE_FIX}")
     return obj

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
 from .errors import RequestError
-from .jsonio import has_lone_surrogate
+from .jsonio import LONE_SURROGATE, LONE_SURROGATE_FIX, has_lone_surrogate
 
 SLOT = "{}"
 FORMATS = ("counterfact_rome", "counterfact_flat", "zsre")
@@ -166,8 +166,7 @@ class Rec:
         """Refuse a string holding a lone surrogate (a ``\\ud800`` escape without its pair): no
         output file could store it."""
         if has_lone_surrogate(value):
-            self.fail(dotted, "holds a lone surrogate escape (not Unicode text)",
-                      "write the character itself or a valid surrogate pair")
+            self.fail(dotted, LONE_SURROGATE, LONE_SURROGATE_FIX)
 
     def text(self, obj: dict, key: str, dotted: str, required: bool = True) -> str | None:
         return self.get(obj, key, dotted, str, required)
