@@ -13,6 +13,10 @@ Contract:
     (unchanged vs the unedited model), efficacy and generalization by P(new) > P(true) (``--score
     prob``, the default) or by the greedy answer (``--score answers``); ties keep the earlier
     candidate, so the current settings stay unless a candidate does better;
+  * ``--max-ppl-change P`` (which implies ``--ability``): each row also measures general ability
+    (held-out perplexity and fluency before and after each edit); a candidate whose mean perplexity
+    change is over ``P`` % is not chosen, whatever its score; with none within it the current
+    settings stay, and the table says so;
   * the tuning requests default to the request file's last ``n``; their ids and the file's digest
     go into the profile (``notes.tune``), and ``mobiedit bench`` refuses to report on them
     (:func:`mobiedit.profile.check_not_tuned_on`);
@@ -126,8 +130,10 @@ def tune_score(quality: dict, score: str = "prob") -> float:
 
 
 def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands: list[tuple[int, tuple]],
-             n: int, offset: int, seed: int, out: Path, progress: bool, score: str = "prob") -> list[dict]:
-    """Run every candidate as a bench row; return the table (one dict per candidate, in order)."""
+             n: int, offset: int, seed: int, out: Path, progress: bool, score: str = "prob",
+             ability: bool = False) -> list[dict]:
+    """Run every candidate as a bench row (with general ability when ``ability``); return the table
+    (one dict per candidate, in order; ``perplexity_change_pct`` NaN without ability)."""
     from .bench import run_row
     from .bench_rows import RowSpec
 
@@ -135,8 +141,9 @@ def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands
     for i, (lay, sets) in enumerate(cands):
         spec = RowSpec(method_row, n, row_sets(sets))
         log.warning("tune candidate %d/%d: layer %d %s", i + 1, len(cands), lay, dict(sets) or "(current settings)")
-        res = run_row(spec, model_dir, req_file, lay, seed, out, ability=False, progress=progress, offset=offset)
+        res = run_row(spec, model_dir, req_file, lay, seed, out, ability=ability, progress=progress, offset=offset)
         table.append({"layer": lay, "settings": dict(sets), "score": tune_score(res["quality"], score),
+                      "perplexity_change_pct": res["quality"].get("perplexity_change_pct", float("nan")),
                       "quality": res["quality"], "success_rate": res["success_rate"],
                       "loss_evals_median_success": res["loss_evals_median_success"],
                       "wall_per_edit_s": res["wall_per_edit_s"]})
@@ -144,13 +151,32 @@ def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands
     return table
 
 
-def best_index(table: list[dict]) -> int:
-    """The highest score (NaN never wins); ties keep the earlier candidate."""
-    best = 0
+def within_budget(row: dict, max_ppl: float | None) -> bool:
+    """``row``'s mean perplexity change is at most ``max_ppl`` % (always, without a budget; never
+    when it was not measured)."""
+    ppl = row.get("perplexity_change_pct", float("nan"))
+    return max_ppl is None or (ppl == ppl and ppl <= max_ppl)
+
+
+def note_row(row: dict) -> dict:
+    """A candidate as the profile's ``notes.tune`` lists it: layer, settings, score and perplexity
+    change, a figure not measured (NaN) as null — a profile is plain JSON."""
+    out = {"layer": row["layer"], "settings": row["settings"]}
+    for k in ("score", "perplexity_change_pct"):
+        v = row.get(k, float("nan"))
+        out[k] = v if v == v else None
+    return out
+
+
+def best_index(table: list[dict], max_ppl: float | None = None) -> int:
+    """The highest score among the candidates :func:`within_budget` (NaN never wins); ties keep
+    the earlier candidate; none within the budget (or none scored) keeps the current settings, 0."""
+    best = None
     for i, row in enumerate(table):
-        if row["score"] == row["score"] and not (row["score"] <= table[best]["score"]):
+        if row["score"] == row["score"] and within_budget(row, max_ppl) and \
+                (best is None or row["score"] > table[best]["score"]):
             best = i
-    return best
+    return 0 if best is None else best
 
 
 def format_line(i: int, row: dict) -> str:
@@ -159,15 +185,18 @@ def format_line(i: int, row: dict) -> str:
     nan = float("nan")
     return (f"{i:>3} L{row['layer']:<3}{name:<44}{row['score']:>7.1f}{q['efficacy_prob']:>7.1f}"
             f"{q['generalization_prob']:>7.1f}{q.get('efficacy_acc', nan):>7.1f}{q.get('generalization_acc', nan):>7.1f}"
-            f"{q.get('locality_unchanged', nan):>7.1f}{row['success_rate']:>7.1f}{row['wall_per_edit_s']:>8.2f}")
+            f"{q.get('locality_unchanged', nan):>7.1f}{row.get('perplexity_change_pct', nan):>7.2f}"
+            f"{row['success_rate']:>7.1f}{row['wall_per_edit_s']:>8.2f}")
 
 
 HEADER = (f"{'#':>3} {'L':<4}{'settings':<44}{'score':>7}{'effP':>7}{'genP':>7}{'eff':>7}{'gen':>7}{'locU':>7}"
-          f"{'succ%':>7}{'s/edit':>8}")
+          f"{'ppl%':>7}{'succ%':>7}{'s/edit':>8}")
 
 
-def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob") -> None:
-    """One bar per candidate (its score), the chosen one highlighted."""
+def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob",
+         max_ppl: float | None = None) -> None:
+    """One bar per candidate (its score), the chosen one highlighted, those over the perplexity
+    budget ``max_ppl`` grey and hatched."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,7 +208,14 @@ def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob
     labels = [f"L{r['layer']} " + " ".join(f"{k.split('.')[-1]}={v}" for k, v in r["settings"].items())
               if r["settings"] else f"L{r['layer']} current" for r in table]
     scores = [0.0 if r["score"] != r["score"] else r["score"] for r in table]
-    ax.bar(range(len(table)), scores, color=["tab:orange" if i == best else "tab:blue" for i in range(len(table))])
+    colors = ["tab:orange" if i == best else "tab:blue" if within_budget(r, max_ppl) else "0.75"
+              for i, r in enumerate(table)]
+    bars = ax.bar(range(len(table)), scores, color=colors)
+    for bar, r in zip(bars, table):
+        if not within_budget(r, max_ppl):
+            bar.set_hatch("//")
+    if max_ppl is not None:
+        title += f"; grey: perplexity change over {max_ppl:g} %"
     ax.set_xticks(range(len(table)), labels, rotation=60, ha="right", fontsize=7)
     short = {"efficacy_prob": "effP", "generalization_prob": "genP", "efficacy_acc": "eff", "generalization_acc": "gen",
              "locality_unchanged": "locU"}
@@ -229,6 +265,11 @@ def cmd_tune(args) -> int:
     if ROWS[args.method][0] == "rome" and any(k == "success.nll" for k, _ in grid):
         raise ConfigError("success.nll is the forward-only search's stop margin; ROME's search stops on its loss",
                           where="--grid", fix="tune the margin with a MobiEdit row, e.g. --method fzoo-stopw")
+    max_ppl = args.max_ppl_change
+    if max_ppl is not None and not (math.isfinite(max_ppl) and max_ppl >= 0):
+        raise ConfigError(f"--max-ppl-change must be a percentage >= 0, got {max_ppl}", where="--max-ppl-change",
+                          fix="e.g. --max-ppl-change 1 (held-out perplexity up by at most 1 % on average)")
+    ability = args.ability or max_ppl is not None
     layers = layer_list(args.layers)
     model_dir = resolve_model(args)
     # the current settings' layer: the profile's; without a profile, the first of --layers
@@ -247,16 +288,18 @@ def cmd_tune(args) -> int:
           f"row {args.method}")
     print(HEADER)
     table = run_tune(model_dir, req_file, args.method, layer, cands, args.n, offset, args.seed, out, not args.quiet,
-                     args.score)
-    best = best_index(table)
+                     args.score, ability)
+    best = best_index(table, max_ppl)
+    if max_ppl is not None and not within_budget(table[best], max_ppl):
+        print(f"no candidate keeps the mean perplexity change within {max_ppl:g} %: the current settings stay")
     case_ids = [r.case_id for r in request_slice(req_file, args.n, offset)]
     tuning = {"method": args.method, "n": args.n, "offset": offset, "requests": req_file.name,
               "requests_sha256": files_sha256([req_file]), "case_ids": case_ids, "seed": args.seed,
-              "score": score_label(args.score),
-              "chosen": best, "table": [{k: r[k] for k in ("layer", "settings", "score")} for r in table]}
+              "score": score_label(args.score), **({"max_ppl_change": max_ppl} if max_ppl is not None else {}),
+              "chosen": best, "table": [note_row(r) for r in table]}
     atomic_write_text(out / "tune.json", json.dumps({"model": str(model_dir), **tuning, "rows": table}, indent=1))
     plot(table, best, out / "tune.png", f"mobiedit tune {model_dir.name} ({args.method}, {args.n} requests)",
-         args.score)
+         args.score, max_ppl)
     print(f"chosen: #{best} — {format_line(best, table[best]).split(None, 1)[1]}")
     print(f"wrote {out / 'tune.json'} and {out / 'tune.png'}")
     if args.write_profile:
@@ -281,6 +324,11 @@ def register(sub) -> None:
     sp.add_argument("--score", choices=sorted(SCORES), default="prob",
                     help="rank by the harmonic mean of efficacy, generalization and locality, efficacy and "
                          "generalization as P(new) > P(true) (prob, the default) or as the greedy answer (answers)")
+    sp.add_argument("--ability", action="store_true",
+                    help="measure general ability too (held-out perplexity and fluency before and after each edit)")
+    sp.add_argument("--max-ppl-change", type=float, metavar="PCT",
+                    help="choose only a candidate whose mean held-out perplexity change is at most PCT %% "
+                         "(implies --ability), e.g. 1")
     sp.add_argument("--out", default="runs/tune", help="folder for the sweep's JSON and PNG")
     sp.add_argument("--write-profile", action="store_true", help="write the chosen settings into the model's profile")
     sp.set_defaults(fn=cmd_tune)

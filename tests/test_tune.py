@@ -13,7 +13,7 @@ from mobiedit.bench_rows import row_config
 from mobiedit.errors import ConfigError
 from mobiedit.profile import ModelProfile, check_not_tuned_on, profile_settings, read_profile, write_profile
 from mobiedit.resolve import load_method_config
-from mobiedit.tune import best_index, candidates, distinct, parse_grid, tune_score, tuned_profile
+from mobiedit.tune import best_index, candidates, distinct, note_row, parse_grid, tune_score, tuned_profile
 
 
 def test_grid_items_and_candidates():
@@ -50,6 +50,21 @@ def test_score_is_a_harmonic_mean_and_ties_keep_the_current():
     assert best_index(rows) == 0
     assert best_index(rows + [{"score": 90.5}]) == 4
     assert best_index([{"score": float("nan")}, {"score": 10.0}]) == 1
+
+
+def test_a_perplexity_budget_rules_out_candidates_over_it():
+    """``--max-ppl-change``: the best score among the candidates within the budget; a figure not
+    measured is never within it; with none within it the current settings (#0) stay."""
+    nan = float("nan")
+    rows = [{"score": 80.0, "perplexity_change_pct": 1.3}, {"score": 95.0, "perplexity_change_pct": 2.0},
+            {"score": 90.0, "perplexity_change_pct": 0.7}, {"score": 99.0, "perplexity_change_pct": nan}]
+    assert best_index(rows) == 3  # no budget: the score alone
+    assert best_index(rows, 1.0) == 2 and best_index(rows, 2.0) == 1 and best_index(rows, 0.5) == 0
+    assert best_index([{"score": 90.0, "perplexity_change_pct": 0.2}, {"score": 90.0, "perplexity_change_pct": 0.1}],
+                      1.0) == 0  # a tie keeps the earlier
+    assert note_row({"layer": 2, "settings": {"a": 1}, "score": nan, "perplexity_change_pct": 0.5}) == \
+        {"layer": 2, "settings": {"a": 1}, "score": None, "perplexity_change_pct": 0.5}
+    assert note_row({"layer": 2, "settings": {}, "score": 90.0})["perplexity_change_pct"] is None
 
 
 @pytest.fixture
@@ -165,6 +180,53 @@ def test_profile_success_rule_reaches_mobiedit_configs_the_bundle_recipe_and_tun
             load_method_config("mobiedit", model_dir=model_copy)
         assert "success" in e.value.where
     assert parse_grid(["success.nll=0.1,0.5"]) == [("success.nll", [0.1, 0.5])]
+
+
+def test_tune_with_a_perplexity_budget_measures_ability_and_chooses_within_it(model_copy, tmp_path, monkeypatch,
+                                                                            capsys):
+    """The command's path with ``--max-ppl-change``: every row runs with general ability, the
+    budget decides the choice (a candidate over it loses to a lower score), and the table, the
+    JSON, the profile's notes and the PNG carry the perplexity change and the budget. The rows are
+    stand-ins (``run_row`` replaced): the real row's ability is measured by the bench's own tests."""
+    import mobiedit.bench as bench
+    from mobiedit.cli import main
+    from mobiedit.requests import bundled_path
+
+    seen = []
+
+    def fake_row(spec, model_dir, req_file, layer, seed, out, ability, progress, offset):
+        seen.append((spec.sets, ability))
+        big = bool(spec.sets)  # the grid's candidate: a better score, perplexity over the budget
+        q = {"efficacy_prob": 100.0, "generalization_prob": 90.0 if big else 60.0, "locality_unchanged": 100.0,
+             "efficacy_acc": 100.0, "generalization_acc": 50.0, "perplexity_change_pct": 1.8 if big else 0.4}
+        return {"quality": q, "success_rate": 100.0, "loss_evals_median_success": 10, "wall_per_edit_s": 1.0}
+
+    monkeypatch.setattr(bench, "run_row", fake_row)
+    reqs = tmp_path / "reqs.json"
+    reqs.write_text(json.dumps(json.loads(bundled_path("counterfact-edit-1k.json").read_text())[:3]))
+    argv = ["--quiet", "tune", "--model", str(model_copy), "--requests", str(reqs), "--n", "1", "--layers", "0",
+            "--grid", "objective.weight_decay=8", "--out", str(tmp_path / "t"), "--max-ppl-change", "1",
+            "--write-profile"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert [a for _, a in seen] == [True, True] and seen[1][0] == (("objective.weight_decay", 8),)
+    assert "ppl%" in out and "1.80" in out and "0.40" in out and "chosen: #0" in out
+    res = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert res["chosen"] == 0 and res["max_ppl_change"] == 1.0
+    assert [r["perplexity_change_pct"] for r in res["table"]] == [0.4, 1.8]
+    assert read_profile(model_copy).notes["tune"]["max_ppl_change"] == 1.0
+    assert (tmp_path / "t" / "tune.png").stat().st_size > 1000
+    # without the budget the better score wins
+    seen.clear()
+    assert main([*argv[:-3], "--out", str(tmp_path / "t2")]) == 0
+    assert json.loads((tmp_path / "t2" / "tune.json").read_text())["chosen"] == 1 and [a for _, a in seen] == [False] * 2
+    # over budget everywhere: the current settings stay, and the output says why
+    assert main([*argv[:-2], "0.1", "--out", str(tmp_path / "t3")]) == 0
+    assert "no candidate keeps the mean perplexity change within 0.1 %" in capsys.readouterr().out
+    for bad in ("-1", "nan", "inf"):
+        assert main([*argv[:-2], bad, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err
+        assert "--max-ppl-change" in err and "fix:" in err and not (tmp_path / "bad").exists()
 
 
 def test_tune_refuses_a_margin_grid_for_rome(model_copy, tmp_path):
