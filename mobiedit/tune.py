@@ -214,8 +214,12 @@ def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob
     for bar, r in zip(bars, table):
         if not within_budget(r, max_ppl):
             bar.set_hatch("//")
+        ppl = r.get("perplexity_change_pct", float("nan"))
+        if ppl == ppl:
+            ax.annotate(f"ppl {ppl:+.3f} %", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=7)
     if max_ppl is not None:
-        title += f"; grey: perplexity change over {max_ppl:g} %"
+        title += f"\ngrey, hatched: mean perplexity change over {max_ppl:g} % (not chosen)"
     ax.set_xticks(range(len(table)), labels, rotation=60, ha="right", fontsize=7)
     short = {"efficacy_prob": "effP", "generalization_prob": "genP", "efficacy_acc": "eff", "generalization_acc": "gen",
              "locality_unchanged": "locU"}
