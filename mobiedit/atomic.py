@@ -207,3 +207,17 @@ def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def save_png(fig, dest: str | os.PathLike, dpi: int = 120) -> None:
+    """Lay out the matplotlib figure ``fig``, write it as a PNG to ``dest`` atomically
+    (:func:`atomic_path`) and close it (also when the write fails): the one way every report
+    saves a figure."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.tight_layout()
+        with atomic_path(dest, suffix=".png") as tmp:
+            fig.savefig(tmp, format="png", dpi=dpi)
+    finally:
+        plt.close(fig)

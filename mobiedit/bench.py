@@ -240,12 +240,9 @@ def plot(results: list[dict], png: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     _quality_bars(qx, results)
-    fig.tight_layout()
-    from .atomic import atomic_path
+    from .atomic import save_png
 
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, png)
 
 
 #: quality panel of the PNG: (aggregate key, label); rates in percent

@@ -34,7 +34,7 @@ def plot_trace(result: TraceResult, png: str | os.PathLike, title: str = "") -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .atomic import atomic_path
+    from .atomic import save_png
 
     names, vals = zip(*result.rows())
     data = torch.tensor(vals)
@@ -51,12 +51,7 @@ def plot_trace(result: TraceResult, png: str | os.PathLike, title: str = "") -> 
     ax.set_title((title + "\n" if title else "") + f"mean indirect effect on P(true), n={result.n}, "
                  f"P clean {result.p_clean:.2f} / corrupted {result.p_corrupt:.2f}", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.tight_layout()
-    try:
-        with atomic_path(png, suffix=".png") as tmp:
-            fig.savefig(tmp, format="png", dpi=120)
-    finally:
-        plt.close(fig)
+    save_png(fig, png)
 
 
 def write_outputs(result: TraceResult, out: str | os.PathLike, meta: Mapping | None = None,

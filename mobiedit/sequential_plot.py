@@ -56,7 +56,7 @@ def plot(results: list[dict], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .atomic import atomic_path
+    from .atomic import save_png
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     from matplotlib.ticker import MaxNLocator
@@ -70,7 +70,4 @@ def plot(results: list[dict], png: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(f"Sequential editing: {n} edits, {len(results)} rows", fontsize=11)
-    fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, png, dpi=110)

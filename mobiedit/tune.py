@@ -202,7 +202,7 @@ def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .atomic import atomic_path
+    from .atomic import save_png
 
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(table) + 2), 4.5))
     labels = [f"L{r['layer']} " + " ".join(f"{k.split('.')[-1]}={v}" for k, v in r["settings"].items())
@@ -227,10 +227,7 @@ def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob
     ax.set_ylim(0, 105)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, png)
 
 
 def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):

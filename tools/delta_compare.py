@@ -123,7 +123,7 @@ def plot(records: list[dict], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mobiedit.atomic import atomic_path
+    from mobiedit.atomic import save_png
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for lab in records[0]["rows"]:
@@ -134,10 +134,7 @@ def plot(records: list[dict], png: Path) -> None:
     ax.set_ylabel("target NLL, paraphrases (mean)")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, png)
 
 
 def main() -> None:

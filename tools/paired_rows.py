@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from mobiedit.atomic import atomic_path, atomic_write_text
+from mobiedit.atomic import atomic_write_text, save_png
 from mobiedit.evaluate import perplexity_change_pct
 
 #: the quality columns: (table name, score key)
@@ -101,10 +101,7 @@ def plot(table: dict[str, dict], n: int, png: Path) -> None:
     ax.set_title(f"{n} requests shared by {len(names)} row logs", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, png)
 
 
 def main() -> None:

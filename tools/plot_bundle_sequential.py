@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mobiedit.atomic import atomic_path  # noqa: E402
+from mobiedit.atomic import save_png  # noqa: E402
 
 #: (table key, panel title)
 PANELS = (("applied", "edits applied"), ("efficacy_exact", "new facts said whole (%)"),
@@ -57,10 +57,7 @@ def plot(results: list[dict], labels: list[str], png: Path) -> None:
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(f"{results[0].get('runtime')} bundle, {results[0].get('n')} sequential edits (edit --bundle)")
-    fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    save_png(fig, png, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> int:

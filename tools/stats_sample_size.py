@@ -62,7 +62,7 @@ def plot(reports: list[dict], png: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mobiedit.atomic import atomic_path
+    from mobiedit.atomic import save_png
     from mobiedit.stats_corpus import STATS_TOKENS
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -82,10 +82,7 @@ def plot(reports: list[dict], png: str) -> None:
         ax.minorticks_off()
         ax.set_xticks(ticks, [f"{t // 1000}k" for t in ticks])
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, png)
 
 
 def main() -> None:

@@ -101,7 +101,7 @@ def plot(res: dict, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mobiedit.atomic import atomic_path
+    from mobiedit.atomic import save_png
 
     reqs = res["requests"]
     if not reqs:
@@ -129,10 +129,7 @@ def plot(res: dict, png: Path) -> None:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"rays s·δ, s = {', '.join(f'{s:g}' for s in res['scales'])} ({res['row']} seeds {res['seeds']})", fontsize=10)
-    fig.tight_layout()
-    with atomic_path(png, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, png, dpi=110)
 
 
 def main() -> None:
