@@ -152,7 +152,7 @@ def search_bundle_edit(b: Bundle, journal: Journal, keystats: dict, req: EditReq
     recipe_m = recipe_of(m)
     zo, success_fraction, success_nll = _resolve(recipe_m, zo, success_fraction, success_nll)
     stop_on = stop_on or recipe_m.stop_on
-    recipe = EditRecipe(zo, SuccessCriterion(success_fraction, success_nll))
+    recipe = EditRecipe(zo, SuccessCriterion(success_fraction, success_nll), recipe_m.settle)
     objective = ObjectiveConfig(**m["edit"]["objective"])
     if clamp is not None:
         objective = dataclasses.replace(objective, clamp_norm_factor=float(clamp))
@@ -249,7 +249,7 @@ def _edit_one(b: Bundle, recipe: Recipe, journal: Journal, keystats: dict, req: 
                                         "loop_succeeded": found.loop_succeeded, "loss_evals": found.loss_evals,
                                         "final_loss": hist[-1] if hist else None,
                                         "written_checks": found.confirms, "written_refused": found.refused},
-                               config={**search_record(zcfg, success_fraction, success_nll),
+                               config={**search_record(zcfg, success_fraction, success_nll, recipe.settle),
                                        "stop_on": stop_on, "runtime": b.runtime, **ladder,
                                        **({"repair_of": repair_of} if repair_of is not None else {})},
                                key=found.key)

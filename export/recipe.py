@@ -12,7 +12,8 @@ Manifest form (docs/bundle_format.md)::
 
     "recipe": {"zo": {every ZOConfig field but max_norm; "directions", "normalise", "check_at" optional},
                "success": {"fraction": 0.75, "nll": 0.5, "stop_on": "written"},
-               "ladder": {"fractions": [0.5, 0.75, 1.0], "from_edits": 2}}
+               "ladder": {"fractions": [0.5, 0.75, 1.0], "from_edits": 2},
+               "settle": {"rounds": 0, "shrink": 0.8, "steps": 20}}
 
 ``success.stop_on`` (optional; absent in bundles exported before session 16: ``"loop"``): what
 stops the search (:data:`mobiedit.recipes.STOP_ON`). ``"loop"``: the success rule on the edit
@@ -28,6 +29,12 @@ defaults): the clamp ladder (:func:`mobiedit.ladder.climb`) — an edit that lea
 ``from_edits`` edits on the bundle tries its value change clamped to each fraction of
 ``edit.objective.clamp_norm_factor`` in turn, smallest first, and keeps the first whose written
 edit holds; ``fractions: [1.0]`` turns it off.
+
+``settle`` (optional; absent in bundles exported before session 47: off): the search's settle
+phase after its first success (:class:`mobiedit.recipes.Settle`, :func:`mobiedit.driver.settle_value`)
+— up to ``rounds`` times the kept delta is shrunk by ``shrink`` and searched again for at most
+``steps`` steps under the same rule and stop, and kept only if it passes and is shorter; ``rounds`` 0:
+off. A model profile's ``settle`` section reaches the manifest through :func:`with_settle`.
 
 ``max_norm`` is not part of it: hosts clamp ``‖z‖`` to ``edit.objective.clamp_norm_factor · √d``.
 Bundles exported before the recipe was written (same ``format_version`` 1) have no ``recipe``;
@@ -46,7 +53,7 @@ from dataclasses import dataclass
 from mobiedit.editing.config import check_ladder
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
-from mobiedit.recipes import bundle_recipe, check_fraction, check_nll, check_stop_on
+from mobiedit.recipes import Settle, bundle_recipe, check_fraction, check_nll, check_stop_on
 from mobiedit.zo import ZOConfig
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,7 @@ ZO_FIELDS = tuple(f.name for f in dataclasses.fields(ZOConfig)
                   if f.name != "max_norm" and f.name not in ZO_OPTIONAL)
 _KIND = {f.name: str(f.type) for f in dataclasses.fields(ZOConfig)}  # "str" / "int" / "float"
 SUCCESS_FIELDS = ("fraction", "nll")
+SETTLE_FIELDS = tuple(f.name for f in dataclasses.fields(Settle))
 
 LADDER_FIELDS = ("fractions", "from_edits")
 MAX_RUNGS = 8  # a ladder's rungs at most (each rung is a whole search)
@@ -72,7 +80,8 @@ class Recipe:
     an edit climbs the clamp ladder (``ladder``: fractions of the objective's clamp, smallest
     first; ``ladder_from_edits``: from how many edits on the bundle, its own included).
     ``from_manifest``: False when the manifest had no recipe (the shipped one was used).
-    ``stop_on``: one of :data:`mobiedit.recipes.STOP_ON` (the module docstring)."""
+    ``stop_on``: one of :data:`mobiedit.recipes.STOP_ON` (the module docstring). ``settle``: the
+    search's settle phase (off by default)."""
 
     zo: ZOConfig
     success_fraction: float
@@ -81,16 +90,21 @@ class Recipe:
     ladder: tuple[float, ...] = SEQUENTIAL_LADDER
     ladder_from_edits: int = LADDER_FROM_EDITS
     stop_on: str = "loop"
+    settle: Settle = Settle()
 
     def __post_init__(self) -> None:
         check_stop_on(self.stop_on, "Recipe.stop_on")
+        if not isinstance(self.settle, Settle):
+            raise ConfigError(f"settle is a {type(self.settle).__name__}, expected Settle", where="Recipe.settle",
+                              fix="build it with mobiedit.recipes.Settle(...)")
 
     def as_manifest(self) -> dict:
         """The manifest's ``recipe`` object."""
         zo = self.zo.as_dict()
         return {"zo": {k: zo[k] for k in ZO_FIELDS + ZO_OPTIONAL},
                 "success": {"fraction": self.success_fraction, "nll": self.success_nll, "stop_on": self.stop_on},
-                "ladder": {"fractions": list(self.ladder), "from_edits": self.ladder_from_edits}}
+                "ladder": {"fractions": list(self.ladder), "from_edits": self.ladder_from_edits},
+                "settle": dataclasses.asdict(self.settle)}
 
 
 def shipped_recipe(K: int, name: str = "fzoo") -> Recipe:
@@ -104,7 +118,7 @@ def shipped_recipe(K: int, name: str = "fzoo") -> Recipe:
     fzoo = base.zo.estimator == "fzoo"
     zo = dataclasses.replace(base.zo, n_dirs=max(1, K - 1) if fzoo else base.zo.n_dirs,
                              check_at="base" if fzoo else base.zo.check_at)
-    return Recipe(zo, base.success.fraction, base.success.nll, stop_on=base.success.stop_on)
+    return Recipe(zo, base.success.fraction, base.success.nll, stop_on=base.success.stop_on, settle=base.settle)
 
 
 def with_success(recipe: Recipe, success: dict) -> Recipe:
@@ -112,6 +126,12 @@ def with_success(recipe: Recipe, success: dict) -> Recipe:
     ``nll`` and/or ``fraction``) in place of the shipped one; the manifest then carries it."""
     return dataclasses.replace(recipe, success_nll=success.get("nll", recipe.success_nll),
                                success_fraction=success.get("fraction", recipe.success_fraction))
+
+
+def with_settle(recipe: Recipe, settle: dict) -> Recipe:
+    """``recipe`` with a model profile's settle phase (:func:`mobiedit.profile.settle_settings`,
+    :class:`~mobiedit.recipes.Settle` fields merged over the recipe's); the manifest then carries it."""
+    return dataclasses.replace(recipe, settle=dataclasses.replace(recipe.settle, **settle)) if settle else recipe
 
 
 def recipe_of(manifest: dict) -> Recipe:
@@ -160,7 +180,7 @@ def check_recipe(raw, where: str) -> Recipe:
     Every problem is a :class:`BundleError` naming ``recipe.zo.<field>`` / ``recipe.success.<field>``:
     unknown or missing fields, wrong types, values :class:`ZOConfig` refuses, a seed past 2^63 − 1.
     (The size of the directions' buffer is checked with the other buffers, in :mod:`.manifest_check`.)"""
-    r = _section(raw, where, "recipe", ("zo", "success"), optional=("ladder",))
+    r = _section(raw, where, "recipe", ("zo", "success"), optional=("ladder", "settle"))
     zo_raw = _section(r["zo"], where, "recipe.zo", ZO_FIELDS, optional=ZO_OPTIONAL)
     for key in zo_raw:
         value = zo_raw[key]
@@ -192,8 +212,22 @@ def check_recipe(raw, where: str) -> Recipe:
     except ConfigError as e:
         raise _fail(where, "recipe.success.stop_on", e.message, fix=e.fix) from None
     ladder, from_edits = _ladder(r["ladder"], where) if "ladder" in r else (SEQUENTIAL_LADDER, LADDER_FROM_EDITS)
+    settle = _settle(r["settle"], where) if "settle" in r else Settle()
     return Recipe(zo, float(s["fraction"]), float(s["nll"]), ladder=ladder, ladder_from_edits=from_edits,
-                  stop_on=stop_on)
+                  stop_on=stop_on, settle=settle)
+
+
+def _settle(raw, where: str) -> Settle:
+    """A recipe's ``settle``: exactly :data:`SETTLE_FIELDS`, ``rounds``/``steps`` integers and
+    ``shrink`` a number in the ranges :class:`~mobiedit.recipes.Settle` accepts."""
+    s = _section(raw, where, "recipe.settle", SETTLE_FIELDS)
+    for key in SETTLE_FIELDS:
+        _number(s[key], where, f"recipe.settle.{key}", key != "shrink")
+    try:
+        return Settle(**s)
+    except ConfigError as e:  # names the field: settle.<name>
+        raise _fail(where, f"recipe.{e.where}" if (e.where or "").startswith("settle.") else "recipe.settle",
+                    e.message, fix=e.fix or FIX) from None
 
 
 def _ladder(raw, where: str) -> tuple[tuple[float, ...], int]:

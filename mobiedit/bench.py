@@ -178,9 +178,17 @@ def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, 
                      loss_evals=o.loss_evals, sequences=o.sequences, forward_calls=o.forward_calls,
                      backward_calls=o.backward_calls, wall_s=o.wall_time, peak_rss_mb=peak_rss_mb(), pid=os.getpid(),
                      loop_succeeded=o.loop_succeeded, loop_holds=o.loop_holds, write=o.write,
-                     distinct_evals=o.distinct_evals if o.distinct_evals is not None else o.loss_evals)
+                     distinct_evals=o.distinct_evals if o.distinct_evals is not None else o.loss_evals,
+                     **delta_figures(o))
     res = row_summary(name, layer, rlog, [r.case_id for r in reqs])
     Path(out).write_text(json.dumps(res))
+
+
+def delta_figures(o) -> dict:
+    """The found value delta's norm (model units) for the row log, and for a search with a settle
+    phase (:class:`~mobiedit.recipes.Settle`) its norm at the first success and the rounds kept."""
+    out = {"delta_norm": float(o.delta.norm())} if o.delta is not None else {}
+    return out | {k: o.config[k] for k in ("found_norm", "settled") if k in (o.config or {})}
 
 
 def run_row(spec: RowSpec, model_dir: Path, req_file: Path, layer: int, seed: int, workdir: Path,

@@ -18,6 +18,9 @@ program). The driver
   batched differently: equal to float rounding); with ``check_at`` "base", the check of the
   step's evaluated point reads that step's row 0 — no evaluation, and on a static-batch graph (a
   bundle's edit program) no program call;
+* with ``recipe.settle`` (:class:`~mobiedit.recipes.Settle`, off by default), after the first
+  success shrinks the delta and searches again, keeping a shorter delta that still passes
+  (:func:`settle_value`; the app's ``SettlePhase`` is the same phase);
 * raises :class:`~mobiedit.errors.NumericalError` on NaN/Inf (``raise_for_status``), and when the
   loop did not stop on success, checks its final delta once;
 * returns the delta in model units with the loop's verdict and what the search cost.
@@ -28,6 +31,7 @@ The rank-one factors are not computed here: the hosts take their keys from diffe
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -37,12 +41,14 @@ import torch
 
 from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.editing.objective import edit_holds, full_rows, within_margin
-from mobiedit.recipes import EditRecipe, SuccessCriterion
+from mobiedit.recipes import EditRecipe, Settle, SuccessCriterion
 from mobiedit.zo import ZOConfig, run_zo
 from mobiedit.zo.estimators import distinct_rows_per_step
 from mobiedit.zo.optim import clamp_norm
 
-__all__ = ["EditGraph", "ValueSearch", "success_holds", "search_value"]
+__all__ = ["EditGraph", "ValueSearch", "success_holds", "search_value", "settle_value"]
+
+log = logging.getLogger(__name__)
 
 #: ``on_step(calls, loss)``: after each forward batch, the graph calls so far and the batch's lowest loss
 StepFn = Callable[[int, float], None]
@@ -107,6 +113,8 @@ class ValueSearch:
     confirms: int = 0  # ``confirm`` calls (each one a written-edit check of the host's, not a loss evaluation)
     refused: int = 0  # of those, deltas whose written edit did not hold (the loop went on)
     stop_on: str = "loop"  # the stop the search ran: "written" only with a ``confirm`` (recipes.STOP_ON)
+    settled: int = 0  # settle rounds kept (recipes.Settle; 0 without the phase)
+    found_norm: float = 0.0  # ‖δ‖ (model units) where the search first succeeded, before the settle phase
 
 
 def _model_units(z: np.ndarray, scale: float) -> torch.Tensor:
@@ -211,9 +219,36 @@ def search_value(graph: EditGraph, v_init: torch.Tensor, objective: ObjectiveCon
     res.raise_for_status()
     x = np.asarray(res.x, dtype=np.float32)
     succeeded = res.succeeded or check(x)  # stopped on success: the rule (and so edit_holds) passed at x
+    history, norm_found, settled = list(res.history), float(np.linalg.norm(x)) * scale, 0
+    if succeeded and early_stop and recipe.settle.rounds:
+        x, settled = settle_value(forward, check, x, zcfg, recipe.settle, backend, history)
     return ValueSearch(delta=_model_units(x, scale), status=res.status.value, succeeded=succeeded,
                        holds=succeeded or last["holds"],
-                       losses=list(res.history), evals=n["evals"], distinct_evals=n["distinct"],
+                       losses=history, evals=n["evals"], distinct_evals=n["distinct"],
                        sequences=n["sequences"], calls=n["calls"], zo=zcfg, scale=scale,
                        confirms=n["confirms"], refused=n["refused"],
-                       stop_on="written" if confirm is not None else "loop")
+                       stop_on="written" if confirm is not None else "loop",
+                       settled=settled, found_norm=norm_found)
+
+
+def settle_value(forward: Callable[[np.ndarray], np.ndarray], check: Callable[[np.ndarray], bool], x: np.ndarray,
+                 zcfg: ZOConfig, settle: Settle, backend: str, history: list[float]) -> tuple[np.ndarray, int]:
+    """The settle phase (:class:`~mobiedit.recipes.Settle`) from a passing delta ``x`` [d]
+    (normalised units): round ``r`` runs the loop from ``settle.shrink · x`` for at most
+    ``settle.steps`` steps under the same ``check`` (seed ``zcfg.seed + r + 1``); its delta is kept if
+    it passed and is shorter than ``x``, else the phase ends. Appends the rounds' base losses to
+    ``history``; returns the kept delta and how many rounds were kept. Every delta returned passed
+    ``check`` (the success rule and, with a ``confirm``, the written edit)."""
+    for r in range(settle.rounds):
+        cfg = dataclasses.replace(zcfg, max_steps=settle.steps, seed=(zcfg.seed + r + 1) % 2**64)
+        res = run_zo(forward, check, np.asarray(x * settle.shrink, dtype=np.float32), cfg, backend=backend)
+        res.raise_for_status()
+        history.extend(res.history)
+        found = np.asarray(res.x, dtype=np.float32)
+        if not res.succeeded or np.linalg.norm(found) >= np.linalg.norm(x):
+            log.debug("settle round %d: %s, |x| %.3f -> %.3f; phase ends", r + 1, res.status.value,
+                      float(np.linalg.norm(x)), float(np.linalg.norm(found)))
+            return x, r
+        log.debug("settle round %d: |x| %.3f -> %.3f", r + 1, float(np.linalg.norm(x)), float(np.linalg.norm(found)))
+        x = found
+    return x, settle.rounds

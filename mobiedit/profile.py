@@ -47,6 +47,9 @@ class ModelProfile:
             target NLL is within it) and/or ``fraction`` (share of rewrite rows that must hold);
             what is absent keeps the recipe's. ROME's value search has no NLL margin (it stops on
             its own ``early_loss``), so ``nll`` reaches MobiEdit configs and bundles only.
+        settle: the forward-only search's settle phase after its first success
+            (:class:`~mobiedit.recipes.Settle`: ``rounds``, ``shrink``, ``steps``); MobiEdit
+            configs and bundles only; absent: none.
         requests: the request file of facts this model knows — the default of ``bench``,
             ``sequential``, ``tune`` and ``trace`` when no ``--requests`` is given (an edit of a
             fact the model never knew has no true answer to displace, and its neighbours and
@@ -63,6 +66,7 @@ class ModelProfile:
     context: dict = field(default_factory=dict)
     objective: dict = field(default_factory=dict)
     success: dict = field(default_factory=dict)
+    settle: dict = field(default_factory=dict)
     requests: str = ""
     notes: dict = field(default_factory=dict)
 
@@ -79,11 +83,12 @@ class ModelProfile:
             raise ConfigError(f"requests is {self.requests!r}", where=f"{PROFILE_FILE}, field 'requests'",
                               fix="'bundled:known/NAME.json' (a file under mobiedit/data), 'file:NAME' (a request "
                                   "file inside the model folder) or '' (the bundled CounterFact 1k)")
-        for name in ("context", "objective", "success", "notes"):
+        for name in ("context", "objective", "success", "settle", "notes"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be an object", where=f"{PROFILE_FILE}, field '{name}'",
                                   fix="write a JSON object, e.g. {}")
         check_success(self.success, f"{PROFILE_FILE}, field 'success'")
+        check_settle(self.settle, f"{PROFILE_FILE}, field 'settle'")
 
 
 def _relative_name(value: str, prefix: str, nested: bool = False) -> bool:
@@ -110,6 +115,15 @@ def check_success(success: dict, where: str) -> None:
         check_nll(success["nll"], f"{where}.nll")
     if "fraction" in success:
         check_fraction(success["fraction"], f"{where}.fraction")
+
+
+def check_settle(settle: dict, where: str) -> None:
+    """Refuse a ``settle`` section that is not a :class:`~mobiedit.recipes.Settle`'s fields in range
+    (``where``: its name)."""
+    from .config_io import merge
+    from .recipes import Settle
+
+    merge(Settle(), settle, where)
 
 
 def read_profile(model_dir: str | os.PathLike) -> ModelProfile | None:
@@ -216,6 +230,11 @@ def with_profile(cfg, model_dir: str | os.PathLike | None, section: str | None =
             prof[SUCCESS_FIELDS[key]] = value
         else:  # ROME's search has no NLL margin: its stop is early_loss
             log.debug("profile success.%s does not apply to %s", key, type(target).__name__)
+    settle = settle_settings(model_dir)
+    if settle and hasattr(target, "settle"):
+        prof["settle"] = settle
+    elif settle:  # ROME's Adam keeps stepping under its decay after the target: no settle phase
+        log.debug("profile settle does not apply to %s", type(target).__name__)
     if not prof:
         return cfg
     return merge(cfg, {section: prof} if section else prof, str(Path(model_dir) / PROFILE_FILE))
@@ -227,6 +246,15 @@ def success_settings(model_dir: str | os.PathLike | None) -> dict:
     and ``mobiedit export`` into the bundle's recipe, so the phone judges edits as the desktop does."""
     prof = read_profile(model_dir) if model_dir is not None else None
     return dict(prof.success) if prof is not None else {}
+
+
+def settle_settings(model_dir: str | os.PathLike | None) -> dict:
+    """The forward-only search's settle phase the profile of ``model_dir`` sets
+    (:class:`~mobiedit.recipes.Settle` fields; ``{}`` without a profile or section): merged into
+    method configs that have one (:func:`with_profile`) and by ``mobiedit export`` into the bundle's
+    recipe."""
+    prof = read_profile(model_dir) if model_dir is not None else None
+    return dict(prof.settle) if prof is not None else {}
 
 
 def config_key(key: str) -> str:

@@ -19,7 +19,7 @@ from mobiedit.config_io import check_fraction, check_nll
 from mobiedit.errors import ConfigError
 from mobiedit.zo.config import ZOConfig
 
-__all__ = ["SuccessCriterion", "EditRecipe", "FZOO", "FZOO_LR2", "FZOO_GRADIENT", "PAPER", "ANTITHETIC", "BUNDLE_RECIPES",
+__all__ = ["SuccessCriterion", "Settle", "EditRecipe", "FZOO", "FZOO_LR2", "FZOO_GRADIENT", "PAPER", "ANTITHETIC", "BUNDLE_RECIPES",
            "bundle_recipe", "STOP_ON", "check_fraction", "check_nll",
            "check_stop_on"]
 
@@ -60,12 +60,43 @@ class SuccessCriterion:
 
 
 @dataclass(frozen=True)
+class Settle:
+    """What the search does after its first success (:func:`mobiedit.driver.settle_value`): up to
+    ``rounds`` times, shrink the passing delta by ``shrink`` and search again from there (at most
+    ``steps`` steps, the same success rule and stop); a round's delta is kept only if it passes and
+    is shorter than the last kept one, and the first round that does not ends the phase.
+
+    The search otherwise stops where its rule first holds, so whatever its steps added that the
+    edit does not need stays in the delta; ROME's Adam keeps stepping under its decay term after the
+    target is reached, which this gives a forward-only search. ``rounds`` 0 (the default): off.
+    """
+
+    rounds: int = 0
+    shrink: float = 0.8
+    steps: int = 20
+
+    def __post_init__(self) -> None:
+        for name, hi, fix in (("rounds", 100, "e.g. settle.rounds: 3 (0: off)"), ("steps", 10_000, "e.g. settle.steps: 20")):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+                raise ConfigError(f"settle.{name} must be an integer in [0, {hi}], got {v!r}", where=f"settle.{name}",
+                                  fix=fix)
+        if self.rounds and self.steps < 1:
+            raise ConfigError("settle.steps must be >= 1 when settle.rounds > 0", where="settle.steps",
+                              fix="e.g. settle.steps: 20")
+        if isinstance(self.shrink, bool) or not isinstance(self.shrink, (int, float)) or not 0 < self.shrink < 1:
+            raise ConfigError(f"settle.shrink must be a number in (0, 1), got {self.shrink!r}", where="settle.shrink",
+                              fix="e.g. settle.shrink: 0.8 (each round starts from 0.8 times the kept delta)")
+
+
+@dataclass(frozen=True)
 class EditRecipe:
-    """A value search (``zo``; its ``max_norm`` is set by the driver from the objective's clamp)
-    and its success rule."""
+    """A value search (``zo``; its ``max_norm`` is set by the driver from the objective's clamp),
+    its success rule and what it does after the first success (``settle``, off by default)."""
 
     zo: ZOConfig
     success: SuccessCriterion = field(default_factory=SuccessCriterion)
+    settle: Settle = field(default_factory=Settle)
 
     def __post_init__(self) -> None:
         if not isinstance(self.zo, ZOConfig):
@@ -74,6 +105,9 @@ class EditRecipe:
         if not isinstance(self.success, SuccessCriterion):
             raise ConfigError(f"success is a {type(self.success).__name__}, expected SuccessCriterion",
                               where="EditRecipe.success", fix="build it with mobiedit.recipes.SuccessCriterion(...)")
+        if not isinstance(self.settle, Settle):
+            raise ConfigError(f"settle is a {type(self.settle).__name__}, expected Settle",
+                              where="EditRecipe.settle", fix="build it with mobiedit.recipes.Settle(...)")
 
 
 #: the shipped forward-only recipe: FZOO (one-sided, sigma-normalised, 16 Rademacher directions,
@@ -116,8 +150,9 @@ def bundle_recipe(name: str, where: str) -> EditRecipe:
     return BUNDLE_RECIPES[name]
 
 
-def search_record(zo: ZOConfig, success_fraction: float, success_nll: float) -> dict:
+def search_record(zo: ZOConfig, success_fraction: float, success_nll: float, settle: Settle | None = None) -> dict:
     """What a journal entry records of the forward-only search that made it — the eager path's
-    (:mod:`mobiedit.methods.mobiedit`) and the bundle's (``export.ops``) alike: the ZO settings and
-    the success rule."""
-    return {"zo": zo.as_dict(), "success_fraction": success_fraction, "success_nll": success_nll}
+    (:mod:`mobiedit.methods.mobiedit`) and the bundle's (``export.ops``) alike: the ZO settings, the
+    success rule and, when it ran, the settle phase."""
+    out = {"zo": zo.as_dict(), "success_fraction": success_fraction, "success_nll": success_nll}
+    return out | ({"settle": dataclasses.asdict(settle)} if settle is not None and settle.rounds else {})

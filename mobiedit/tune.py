@@ -1,12 +1,13 @@
 """``mobiedit tune``: choose a model's edit settings — the layer and any objective, context or
-success setting (the clamp, the decay, the KL weight, the templates, the NLL margin) — by a small
+success setting (the clamp, the decay, the KL weight, the templates, the NLL margin, the settle phase) — by a small
 grid of bench rows on requests the model knows, held apart from evaluation, and write the winner
 into its profile.
 
 Contract:
   * the candidates are the profile's current settings first, then every combination of ``--layers``
-    and ``--grid KEY=V1,V2`` (``KEY`` under ``objective.``, ``context.`` or ``success.``: what a
-    profile carries; ``success.nll`` is the forward-only search's margin, so it needs a MobiEdit row);
+    and ``--grid KEY=V1,V2`` (``KEY`` under ``objective.``, ``context.``, ``success.`` or ``settle.``:
+    what a profile carries; ``success.nll`` and ``settle.*`` are the forward-only search's margin and
+    settle phase, so they need a MobiEdit row);
   * each candidate is a :func:`mobiedit.bench.run_row` of one method row on the same ``n``
     requests (a child process each; its log in ``--out`` resumes an interrupted run);
   * the rank is :func:`tune_score`, the harmonic mean of efficacy, generalization and locality
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 #: the default grid: ROME's clamp and decay, each around its default
 DEFAULT_GRID = ("objective.clamp_norm_factor=2,4,8", "objective.weight_decay=0.1,0.5")
 #: the settings a profile stores (:data:`mobiedit.profile.PROFILE_SECTIONS` and its success rule)
-_SECTIONS = ("objective.", "context.", "success.")
+_SECTIONS = ("objective.", "context.", "success.", "settle.")
 
 
 def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
@@ -50,8 +51,8 @@ def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
     out = []
     for item in items or []:
         key, eq, raw = item.partition("=")
-        fix = ("write KEY=V1,V2 (or KEY=[V1, V2] in JSON) with KEY under objective., context. or success. (what "
-               "a profile stores), e.g. objective.clamp_norm_factor=2,4,8 or success.nll=0.1,0.2,0.5")
+        fix = ("write KEY=V1,V2 (or KEY=[V1, V2] in JSON) with KEY under objective., context., success. or settle. "
+               "(what a profile stores), e.g. objective.clamp_norm_factor=2,4,8 or success.nll=0.1,0.2,0.5")
         if not eq or not raw or not key.startswith(_SECTIONS) or any(not p for p in key.split(".")):
             raise ConfigError(f"bad grid item {item!r}", where="--grid", fix=fix)
         if raw.lstrip().startswith("["):
@@ -236,7 +237,8 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
     from .profile import ModelProfile, read_profile
 
     old = read_profile(model_dir) or ModelProfile(edit_layer=row["layer"])
-    sections = {"objective": dict(old.objective), "context": dict(old.context), "success": dict(old.success)}
+    sections = {"objective": dict(old.objective), "context": dict(old.context), "success": dict(old.success),
+                "settle": dict(old.settle)}
     for key, value in row["settings"].items():
         section, *path = key.split(".")
         node = sections[section]
@@ -246,7 +248,8 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
     reason = old.layer_reason if row["layer"] == old.edit_layer else \
         f"mobiedit tune ({method_row}, {tuning['n']} known requests): the best score at layer {row['layer']}"
     return replace(old, edit_layer=row["layer"], layer_reason=reason, objective=sections["objective"],
-                   context=sections["context"], success=sections["success"], notes={**old.notes, "tune": tuning})
+                   context=sections["context"], success=sections["success"], settle=sections["settle"],
+                   notes={**old.notes, "tune": tuning})
 
 
 def cmd_tune(args) -> int:
@@ -263,9 +266,10 @@ def cmd_tune(args) -> int:
     if args.n < 1:
         raise ConfigError(f"--n must be >= 1, got {args.n}", where="--n", fix="e.g. --n 16")
     grid = parse_grid(args.grid if args.grid is not None else list(DEFAULT_GRID))
-    if ROWS[args.method][0] == "rome" and any(k == "success.nll" for k, _ in grid):
-        raise ConfigError("success.nll is the forward-only search's stop margin; ROME's search stops on its loss",
-                          where="--grid", fix="tune the margin with a MobiEdit row, e.g. --method fzoo-stopw")
+    if ROWS[args.method][0] == "rome" and any(k == "success.nll" or k.startswith("settle.") for k, _ in grid):
+        raise ConfigError("success.nll and settle.* are the forward-only search's stop margin and settle phase; "
+                          "ROME's search stops on its loss", where="--grid",
+                          fix="tune them with a MobiEdit row, e.g. --method fzoo-stopw")
     max_ppl = args.max_ppl_change
     if max_ppl is not None and not (math.isfinite(max_ppl) and max_ppl >= 0):
         raise ConfigError(f"--max-ppl-change must be a percentage >= 0, got {max_ppl}", where="--max-ppl-change",
@@ -319,7 +323,7 @@ def register(sub) -> None:
                                                         "objective by exact gradients through the prefix graph)")
     sp.add_argument("--layers", help="comma-separated layers to try (default: the profile's)")
     sp.add_argument("--grid", action="append", metavar="KEY=V1,V2",
-                    help="a setting and its values, KEY under objective., context. or success.; repeatable "
+                    help="a setting and its values, KEY under objective., context., success. or settle.; repeatable "
                          f"(default: {' '.join(DEFAULT_GRID)})")
     sp.add_argument("--seed", type=int, default=0, help="seed of the context templates and the searches")
     sp.add_argument("--score", choices=sorted(SCORES), default="prob",

@@ -254,3 +254,33 @@ def test_the_paper_estimators_rows_are_never_taken_from_the_check():
     assert [c for c in g_on.calls if c > 1] == [c for c in g_off.calls if c > 1] == [zo.K] * 30  # whole steps
     # the one point scored twice without reuse: the last step's delta, checked in the loop and again at the end
     assert off.evals - on.evals == 1 and g_off.calls[-2:] == [1, 1] and g_on.calls[-1] == 1
+
+
+@pytest.mark.parametrize("backend", ["python", "native"])
+def test_settle_keeps_shorter_passing_deltas_and_stops_at_the_first_round_that_is_not(backend):
+    """``recipe.settle`` (recipes.Settle): from a first success far off the target's axis, each round
+    shrinks the kept delta and searches again; a round's delta is kept only if it passes and is
+    shorter, so the result passes the rule, is shorter than the first success, and costs counted
+    evaluations; rounds 0 is the search without the phase."""
+    d = 8
+    v_init = torch.full((d,), 2.0)
+    target = torch.zeros(d); target[0] = 3.0
+    start = target.clone(); start[1] = 1.9  # inside the success ball (radius 2 around the target), off axis
+    zo = dataclasses.replace(FZOO.zo, n_dirs=4, max_steps=50, max_evals=10_000, lr=0.05)
+    plain = search_value(Quadratic(target), v_init, ObjectiveConfig(), EditRecipe(zo, SuccessCriterion(0.5, 10.0)),
+                         backend, start=start)
+    from mobiedit.recipes import Settle
+
+    graph = Quadratic(target)
+    settled = search_value(graph, v_init, ObjectiveConfig(),
+                           EditRecipe(zo, SuccessCriterion(0.5, 10.0), Settle(rounds=6, shrink=0.8, steps=5)),
+                           backend, start=start)
+    assert plain.settled == 0 and settled.succeeded and settled.status == plain.status == "SUCCESS_CHECK"
+    assert settled.found_norm == pytest.approx(float(plain.delta.norm()), rel=1e-5)
+    assert 1 <= settled.settled <= 6
+    assert float(settled.delta.norm()) < 0.85 * settled.found_norm
+    assert float((settled.delta - target).norm()) <= 2.0 + 1e-5  # the kept delta passes the rule
+    assert settled.evals == sum(graph.calls) > plain.evals and len(settled.losses) > len(plain.losses)
+    for bad in ({"rounds": -1}, {"rounds": 2, "steps": 0}, {"shrink": 1.0}, {"shrink": True}):
+        with pytest.raises(ConfigError, match="settle"):
+            Settle(**bad)

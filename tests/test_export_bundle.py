@@ -233,6 +233,36 @@ def test_a_bundle_edits_with_the_whole_gradient_recipe(bundles, tmp_path):
     assert (zo["directions"], zo["normalise"], zo["optimizer"], zo["n_dirs"]) == ("coordinates", "gradient", "sgd", K - 1)
 
 
+def test_a_bundle_edit_searches_with_the_recipes_settle_phase(bundles, tmp_path, monkeypatch):
+    """A manifest carrying ``settle`` (a profile's, export/recipe.with_settle): the bundle's search gets
+    it (the driver's phase, tested in test_driver) and the journal records it; off, nothing is
+    recorded. (The tiny random model's search does not succeed, so the phase itself does not run here.)"""
+    from mobiedit.export import ops
+    from mobiedit.recipes import Settle
+
+    seen = []
+    real = ops.search_value
+
+    def spy(graph, v_init, objective, recipe, *args, **kwargs):
+        seen.append(recipe.settle)
+        return real(graph, v_init, objective, recipe, *args, **kwargs)
+
+    monkeypatch.setattr(ops, "search_value", spy)
+    entries = {}
+    for rounds in (0, 2):
+        path = _copy(bundles["et"], tmp_path / f"r{rounds}")
+        manifest = json.loads((path / "manifest.json").read_text())
+        assert manifest["recipe"]["settle"] == {"rounds": 0, "shrink": 0.8, "steps": 20}  # the exporter's: off
+        manifest["recipe"]["settle"] = {"rounds": rounds, "shrink": 0.5, "steps": 5}
+        manifest["recipe"]["zo"]["max_steps"] = 2
+        (path / "manifest.json").write_text(json.dumps(manifest))  # not a checksummed file
+        edit_bundle(path, [REQUEST], force=True)
+        [entries[rounds]] = Journal.open(path / "journal").entries()
+    assert seen == [Settle(0, 0.5, 5), Settle(2, 0.5, 5)]
+    assert "settle" not in entries[0].config
+    assert entries[2].config["settle"] == {"rounds": 2, "shrink": 0.5, "steps": 5}
+
+
 def test_a_bundle_checks_on_the_steps_own_row(bundles, tmp_path):
     """The exported recipe checks at the step's row 0 (``check_at`` "base"): the same delta and verdict
     as the check after the update, and no edit-program call of the check's own."""

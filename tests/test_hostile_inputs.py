@@ -121,6 +121,17 @@ def test_hostile_manifest_text_is_a_named_error(tmp_path, raw, what):
     ("recipe.ladder.fractions", [0.5, 10**400], "recipe.ladder.fractions[1]"),
     ("recipe.ladder.from_edits", 0, "recipe.ladder.from_edits"),
     ("recipe.ladder.from_edits", 2.0, "recipe.ladder.from_edits"),
+    ("recipe.settle", [3, 0.8, 20], "recipe.settle"),
+    ("recipe.settle.rounds", -1, "recipe.settle.rounds"),
+    ("recipe.settle.rounds", 101, "recipe.settle.rounds"),
+    ("recipe.settle.rounds", 2.0, "recipe.settle.rounds"),
+    ("recipe.settle.rounds", True, "recipe.settle.rounds"),
+    ("recipe.settle.rounds", KeyError, "recipe.settle.rounds"),
+    ("recipe.settle.shrink", 1.0, "recipe.settle.shrink"),
+    ("recipe.settle.shrink", 0, "recipe.settle.shrink"),
+    ("recipe.settle.shrink", "0.8", "recipe.settle.shrink"),
+    ("recipe.settle.steps", 0.5, "recipe.settle.steps"),
+    ("recipe.settle.grow", 2, "recipe.settle.grow"),
 ])
 def test_every_manifest_section_is_validated(tmp_path, path, value, field):
     m = valid_manifest(tmp_path)

@@ -182,6 +182,37 @@ def test_profile_success_rule_reaches_mobiedit_configs_the_bundle_recipe_and_tun
     assert parse_grid(["success.nll=0.1,0.5"]) == [("success.nll", [0.1, 0.5])]
 
 
+def test_profile_settle_phase_reaches_mobiedit_configs_the_bundle_recipe_and_tune(model_copy):
+    """A model's settle phase (``settle``, recipes.Settle): it reaches MobiEdit's config on every path
+    and the bundle's recipe (and back through the manifest check), not ROME's; bad values are named
+    errors; tune sweeps it for MobiEdit rows only and writes it into the profile."""
+    from mobiedit.export.recipe import check_recipe, shipped_recipe, with_settle
+    from mobiedit.profile import settle_settings
+    from mobiedit.recipes import Settle
+    from mobiedit.tune import row_sets
+
+    write_profile(model_copy, ModelProfile(edit_layer=0, settle={"rounds": 3}))
+    assert settle_settings(model_copy) == {"rounds": 3}
+    mc = load_method_config("mobiedit", model_dir=model_copy)
+    assert mc.settle == Settle(rounds=3) and mc.recipe.settle == Settle(rounds=3)
+    assert not hasattr(load_method_config("rome", model_dir=model_copy), "settle")
+    assert row_config("fzoo-stopw", 0, 0, (), model_copy).settle.rounds == 3
+    assert row_config("fzoo-stopw", 0, 0, row_sets((("settle.shrink", 0.5),)), model_copy).settle == \
+        Settle(rounds=3, shrink=0.5)
+    recipe = with_settle(shipped_recipe(4), settle_settings(model_copy))
+    assert recipe.as_manifest()["settle"] == {"rounds": 3, "shrink": 0.8, "steps": 20}
+    assert check_recipe(recipe.as_manifest(), "manifest.json").settle == Settle(rounds=3)
+    assert with_settle(shipped_recipe(4), {}) == shipped_recipe(4) and shipped_recipe(4).settle == Settle()
+    p = tuned_profile(model_copy, {"layer": 0, "settings": {"settle.rounds": 5}}, "fzoo-stopw", {"n": 1, "case_ids": []})
+    assert p.settle == {"rounds": 5}
+    for bad, match in (({"rounds": -1}, "settle.rounds"), ({"shrink": 1.5}, "settle.shrink"), ({"grow": 1}, "unknown")):
+        (model_copy / "mobiedit.json").write_text(json.dumps({"edit_layer": 0, "settle": bad}))
+        with pytest.raises(ConfigError, match=match) as e:
+            load_method_config("mobiedit", model_dir=model_copy)
+        assert "settle" in (e.value.where or "") + str(e.value)
+    assert parse_grid(["settle.rounds=0,3"]) == [("settle.rounds", [0, 3])]
+
+
 def test_tune_with_a_perplexity_budget_measures_ability_and_chooses_within_it(model_copy, tmp_path, monkeypatch,
                                                                             capsys):
     """The command's path with ``--max-ppl-change``: every row runs with general ability, the
@@ -229,11 +260,13 @@ def test_tune_with_a_perplexity_budget_measures_ability_and_chooses_within_it(mo
         assert "--max-ppl-change" in err and "fix:" in err and not (tmp_path / "bad").exists()
 
 
-def test_tune_refuses_a_margin_grid_for_rome(model_copy, tmp_path):
+def test_tune_refuses_a_margin_or_settle_grid_for_rome(model_copy, tmp_path, capsys):
     from mobiedit.cli import main
 
-    assert main(["tune", "--model", str(model_copy), "--method", "rome-lean", "--grid", "success.nll=0.1,0.5",
-                 "--n", "1", "--out", str(tmp_path / "t")]) == 2
+    for grid in ("success.nll=0.1,0.5", "settle.rounds=3"):
+        assert main(["tune", "--model", str(model_copy), "--method", "rome-lean", "--grid", grid,
+                     "--n", "1", "--out", str(tmp_path / "t")]) == 2
+        assert "forward-only" in capsys.readouterr().err and not (tmp_path / "t").exists()
 
 
 def test_bad_settings_and_an_unknown_model_create_no_output_folder(model_copy, tmp_path, capsys):

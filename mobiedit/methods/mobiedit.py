@@ -25,7 +25,7 @@ from ..models import LoadedModel
 from ..requests import EditRequest
 from ..editing.config import ContextConfig, ObjectiveConfig, UpdateConfig, check_mom2_ridge, written_layers
 from ..editing.context import EditInputs, build_edit_inputs
-from ..recipes import FZOO, EditRecipe, SuccessCriterion, check_fraction, check_nll, check_stop_on, search_record
+from ..recipes import FZOO, EditRecipe, Settle, SuccessCriterion, check_fraction, check_nll, check_stop_on, search_record
 from ..zo import ZOConfig
 from .common import EditOutcome, ModelContext, module_name, StepFn
 from .rome import edit_keys, factors_from_delta, key_model, search_keys
@@ -64,6 +64,8 @@ class MobiEditConfig:
                                     # confirm); "loop": the search's own rule (bench row fzoo-loop)
     reuse_checked: bool = True      # driver.search_value: a step's base row that the last check scored is
                                     # not run again (one evaluation a step fewer); false: the search before
+    settle: Settle = field(default_factory=Settle)  # recipes.Settle: after the first success, shrink and
+                                    # search again (rounds 0: off, the search stops at its first success)
 
     def __post_init__(self) -> None:
         if self.layer < 0:
@@ -89,7 +91,7 @@ class MobiEditConfig:
     @property
     def recipe(self) -> EditRecipe:
         """This config's search and success rule, as the driver takes them."""
-        return EditRecipe(self.zo, SuccessCriterion(self.success_fraction, self.success_nll, self.stop_on))
+        return EditRecipe(self.zo, SuccessCriterion(self.success_fraction, self.success_nll, self.stop_on), self.settle)
 
 
 def build_graph(fwd_model, lm: LoadedModel, inputs: EditInputs, cfg: MobiEditConfig,
@@ -162,14 +164,16 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
                        key=key, distinct_evals=found.distinct_evals, loop_holds=found.holds, delta=found.delta,
                        config={**search_provenance(cfg),
                                **({"stop_on": found.stop_on, "written_checks": found.confirms,
-                                   "written_refused": found.refused} if confirm is not None else {})},
+                                   "written_refused": found.refused} if confirm is not None else {}),
+                               **({"found_norm": found.found_norm, "settled": found.settled}
+                                  if cfg.settle.rounds else {})},
                        write=checked.as_dict() if checked is not None else {})
 
 
 def search_provenance(cfg: MobiEditConfig) -> dict:
     """What a journal entry records of the search that made it, as a bundle edit's entry does
     (``export.ops``): the ZO settings, the success rule and the forward the search ran on."""
-    return search_record(cfg.zo, cfg.success_fraction, cfg.success_nll) | {"quant": cfg.quant.scheme}
+    return search_record(cfg.zo, cfg.success_fraction, cfg.success_nll, cfg.settle) | {"quant": cfg.quant.scheme}
 
 
 class _WrittenStop:

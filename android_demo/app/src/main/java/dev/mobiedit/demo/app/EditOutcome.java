@@ -57,6 +57,10 @@ public final class EditOutcome {
      * the active edits' keys still); null where not known.
      */
     public final float[] key;
+    /** The settle phase the search ran ({@link Recipe.Settle#OFF}: none). */
+    public final Recipe.Settle settle;
+    /** Settle rounds kept (0: none kept, or no phase). */
+    public final int settled;
 
     EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
             boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
@@ -74,15 +78,31 @@ public final class EditOutcome {
             float[] key) {
         this(request, status, succeeded, loopSucceeded, verified, steps, evals, history, delta, u,
             w, wallMillis, config, success, stopOn, writtenChecks, writtenRefused, 0, Double.NaN,
-            key);
+            key, Recipe.Settle.OFF, 0);
+    }
+
+    /** {@link #EditOutcome(EditRequest, EngineStatus, boolean, boolean, boolean, long, long,
+     * double[], float[], float[], float[], long, EngineConfig, SuccessCriterion, String, long,
+     * long, float[])} of a search that ran the settle phase {@code settle}, {@code settled}
+     * rounds kept. */
+    EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
+            boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
+            float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
+            SuccessCriterion success, String stopOn, long writtenChecks, long writtenRefused,
+            float[] key, Recipe.Settle settle, int settled) {
+        this(request, status, succeeded, loopSucceeded, verified, steps, evals, history, delta, u,
+            w, wallMillis, config, success, stopOn, writtenChecks, writtenRefused, 0, Double.NaN,
+            key, settle, settled);
     }
 
     private EditOutcome(EditRequest request, EngineStatus status, boolean succeeded,
             boolean loopSucceeded, boolean verified, long steps, long evals, double[] history,
             float[] delta, float[] u, float[] w, long wallMillis, EngineConfig config,
             SuccessCriterion success, String stopOn, long writtenChecks, long writtenRefused,
-            int ladderTries, double ladderClamp, float[] key) {
+            int ladderTries, double ladderClamp, float[] key, Recipe.Settle settle, int settled) {
         this.key = key;
+        this.settle = settle;
+        this.settled = settled;
         this.request = request;
         this.status = status;
         this.succeeded = succeeded;
@@ -135,7 +155,8 @@ public final class EditOutcome {
         }
         return new EditOutcome(last.request, last.status, last.succeeded, last.loopSucceeded,
             last.verified, steps, evals, history, last.delta, last.u, last.w, wall, last.config,
-            last.success, last.stopOn, checks, refused, rungs.size(), clamp, last.key);
+            last.success, last.stopOn, checks, refused, rungs.size(), clamp, last.key, last.settle,
+            last.settled);
     }
 
     /**
@@ -196,6 +217,13 @@ public final class EditOutcome {
         c.put("success_fraction", success.fraction);
         c.put("success_nll", success.nll);
         c.put("stop_on", stopOn);
+        if (settle.rounds > 0) {  // as mobiedit.recipes.search_record
+            Map<String, Object> st = new LinkedHashMap<String, Object>();
+            st.put("rounds", (long) settle.rounds);
+            st.put("shrink", settle.shrink);
+            st.put("steps", settle.steps);
+            c.put("settle", st);
+        }
         c.put("backend", "native-jni");
         if (ladderTries > 0) {
             c.put("clamp_norm_factor", ladderClamp);

@@ -26,7 +26,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * also the search's stop (mobiedit/driver.py search_value's {@code confirm}): where the loop's
  * rule passes, the written edit of that delta must not fail, else the loop goes on
  * ({@link WriteCheck}; counted in the outcome's writtenChecks / writtenRefused); with "loop" the
- * loop's rule alone stops it. Runs on a worker thread; progress and the before-answer go to the
+ * loop's rule alone stops it. With the recipe's {@code settle} (rounds &gt; 0) a passing search
+ * runs the settle phase ({@link Recipe.Settle}) before its factors are computed. Runs on a worker thread; progress and the before-answer go to the
  * {@link Listener}. Nothing is recorded here (see BundleSession.apply); the clamp ladder, several
  * such searches, is {@link Ladder}'s.
  */
@@ -136,6 +137,20 @@ public final class EditRunner {
             }
             float[] z = engine.x();
             boolean loopOk = status.isSuccess() || obj.passes(z);
+            Recipe.Settle settle = manifest.recipe.settle;
+            long steps = engine.steps();
+            double[] history = engine.history();
+            int settled = 0;
+            if (loopOk && settle.rounds > 0) {
+                SettlePhase s = SettlePhase.run(cfg, d, z, settle, obj, listener, cancel);
+                if (s == null) {
+                    return null;
+                }
+                z = s.z;
+                settled = s.rounds;
+                steps += s.steps;
+                history = SettlePhase.concat(history, s.history);
+            }
             float[] delta = new float[d];
             for (int i = 0; i < d; i++) {
                 delta[i] = z[i] * scale;
@@ -144,9 +159,10 @@ public final class EditRunner {
             float[][] f = reuse ? check.factors() : factors(st, delta);
             Boolean written = reuse ? check.verdict() : writtenHolds(pack, slots, f[0], f[1], rule);
             boolean ok = written != null ? written : loopOk;
-            return new EditOutcome(req, status, ok, loopOk, written != null, engine.steps(),
-                obj.evals(), engine.history(), delta, f[0], f[1], System.currentTimeMillis() - t0,
-                cfg, rule, stopOn, obj.writtenChecks(), obj.writtenRefused(), st.kBar);
+            return new EditOutcome(req, status, ok, loopOk, written != null, steps,
+                obj.evals(), history, delta, f[0], f[1], System.currentTimeMillis() - t0,
+                cfg, rule, stopOn, obj.writtenChecks(), obj.writtenRefused(), st.kBar, settle,
+                settled);
         } finally {
             engine.close();
         }
@@ -236,7 +252,7 @@ public final class EditRunner {
     }
 
     /** Step until done; null when cancelled. */
-    private EngineStatus loop(NativeEngine engine, EditObjective obj, Listener listener,
+    static EngineStatus loop(NativeEngine engine, EditObjective obj, Listener listener,
             AtomicBoolean cancel) {
         EngineStatus status = EngineStatus.RUNNING;
         while (!status.isDone()) {

@@ -110,13 +110,44 @@ public final class Recipe {
     public final List<Double> ladder;
     /** From how many edits on the bundle, its own included, an edit climbs (&gt;= 1). */
     public final long ladderFromEdits;
+    /** The search's settle phase after its first success ({@code settle}; {@link Settle#OFF} if absent). */
+    public final Settle settle;
+
+    /**
+     * The manifest's {@code settle} (mobiedit/recipes.py {@code Settle}, mobiedit/driver.py
+     * {@code settle_value}): after the search's first success, up to {@link #rounds} times the kept
+     * delta is shrunk by {@link #shrink} and searched again for at most {@link #steps} steps under
+     * the same rule and stop (seed + round); a round's delta is kept only if it passes and is
+     * shorter, and the first round that is not ends the phase ({@code app.EditRunner}). Immutable.
+     */
+    public static final class Settle {
+        /** No settle phase (bundles exported before the field was written, and the default). */
+        public static final Settle OFF = new Settle(0, 0.8, 20);
+        /** Rounds at most, in [0, 100]; 0: off. */
+        public final int rounds;
+        /** Factor of the kept delta each round starts from, in (0, 1). */
+        public final double shrink;
+        /** Steps a round runs at most, in [1, 10000] when rounds &gt; 0. */
+        public final long steps;
+
+        Settle(int rounds, double shrink, long steps) {
+            this.rounds = rounds;
+            this.shrink = shrink;
+            this.steps = steps;
+        }
+
+        @Override
+        public String toString() {
+            return rounds == 0 ? "off" : rounds + " rounds x" + shrink + " <= " + steps + " steps";
+        }
+    }
 
     Recipe(String estimator, int nDirs, double h, String optimizer, double lr, double lrMin,
             String lrSchedule, double momentum, double beta1, double beta2, double adamEps,
             long maxSteps, long maxEvals, long checkEvery, double lossTol, long patience,
             double minRelImprove, long seed, double successFraction, double successNll,
             boolean fromManifest, List<Double> ladder, long ladderFromEdits, String stopOn,
-            String directions, String normalise, String checkAt) {
+            String directions, String normalise, String checkAt, Settle settle) {
         this.estimator = estimator;
         this.nDirs = nDirs;
         this.h = h;
@@ -144,6 +175,7 @@ public final class Recipe {
         this.directions = directions;
         this.normalise = normalise;
         this.checkAt = checkAt;
+        this.settle = settle;
     }
 
     /**
@@ -160,7 +192,7 @@ public final class Recipe {
         return new Recipe("fzoo", Math.max(1, editK - 1), 0.05, "adam", 0.5, 0.0, "constant", 0.0,
             0.9, 0.999, 1e-8, 150, 3000, 1, 0.0, 0, 0.0, 0, FALLBACK_SUCCESS_FRACTION,
             FALLBACK_SUCCESS_NLL, false, DEFAULT_LADDER, DEFAULT_LADDER_FROM_EDITS, STOP_WRITTEN,
-            "iid", "spread", "base");
+            "iid", "spread", "base", Settle.OFF);
     }
 
     /** Rows per step K of {@code estimator} with {@code nDirs} directions. */
@@ -194,6 +226,6 @@ public final class Recipe {
             + " normalise=" + normalise + " check_at=" + checkAt
             + ", success_fraction=" + successFraction
             + ", success_nll=" + successNll + ", stop_on=" + stopOn + ", ladder=" + ladder + " from "
-            + ladderFromEdits + " edits";
+            + ladderFromEdits + " edits, settle " + settle;
     }
 }

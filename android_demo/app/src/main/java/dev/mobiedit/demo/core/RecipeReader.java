@@ -19,7 +19,8 @@ import java.util.Map;
  * {@code fractions} (a list of 1 to {@link Recipe#MAX_RUNGS} finite positive numbers, strictly
  * increasing) and {@code from_edits} (an integer &gt;= 1), export/recipe.py {@code _ladder};
  * without it the recipe gets {@link Recipe#DEFAULT_LADDER} from
- * {@link Recipe#DEFAULT_LADDER_FROM_EDITS} edits. A manifest without {@code recipe} (exported before it was written) gets
+ * {@link Recipe#DEFAULT_LADDER_FROM_EDITS} edits; optionally {@code settle} ({@link #settle}),
+ * absent {@link Recipe.Settle#OFF}. A manifest without {@code recipe} (exported before it was written) gets
  * {@link Recipe#shippedFallback}. Every error names the field {@code recipe.…} and the fix
  * ({@link ManifestFields#err}).
  */
@@ -37,6 +38,8 @@ final class RecipeReader {
     /** Optional in {@code recipe.success} (absent in bundles exported before it was written). */
     static final List<String> SUCCESS_OPTIONAL = Arrays.asList("stop_on");
     static final List<String> LADDER_FIELDS = Arrays.asList("fractions", "from_edits");
+    /** {@code recipe.settle}'s fields, as export/recipe.py SETTLE_FIELDS. */
+    static final List<String> SETTLE_FIELDS = Arrays.asList("rounds", "shrink", "steps");
     private static final String LADDER_FIX = "e.g. [0.5, 0.75, 1.0] (fractions of"
         + " edit.objective.clamp_norm_factor, smallest first), or [1.0] for none";
     private static final String FIX = REEXPORT + " (it writes the shipped recipe)";
@@ -51,7 +54,7 @@ final class RecipeReader {
             return Recipe.shippedFallback(shapes.editK);
         }
         Map<String, Object> r = section(o.get("recipe"), "recipe", Arrays.asList("zo", "success"),
-            Arrays.asList("ladder"));
+            Arrays.asList("ladder", "settle"));
         Map<String, Object> z = section(r.get("zo"), "recipe.zo", ZO_FIELDS, ZO_OPTIONAL);
         String estimator = choice(z, "estimator", Recipe.ESTIMATORS);
         long nDirs = integer(z, "n_dirs", 1, 1 << 20);
@@ -101,9 +104,23 @@ final class RecipeReader {
             ladder = fractions(lad.get("fractions"));
             fromEdits = fromEdits(lad.get("from_edits"));
         }
+        Recipe.Settle settle = r.containsKey("settle") ? settle(r.get("settle")) : Recipe.Settle.OFF;
         return new Recipe(estimator, (int) nDirs, h, optimizer, lr, lrMin, schedule, momentum,
             beta1, beta2, adamEps, maxSteps, maxEvals, checkEvery, lossTol, patience, minRel, seed,
-            fraction, nll, true, ladder, fromEdits, stopOn, directions, normalise, checkAt);
+            fraction, nll, true, ladder, fromEdits, stopOn, directions, normalise, checkAt, settle);
+    }
+
+    /**
+     * {@code recipe.settle} (export/recipe.py {@code _settle}, mobiedit/recipes.py Settle): exactly
+     * {@code rounds} (an integer in [0, 100]), {@code shrink} (a number in (0, 1)) and
+     * {@code steps} (an integer in [0, 10000], at least 1 when rounds &gt; 0).
+     */
+    private static Recipe.Settle settle(Object v) {
+        Map<String, Object> s = section(v, "recipe.settle", SETTLE_FIELDS);
+        long rounds = integer(s, "rounds", "recipe.settle.rounds", 0, 100);
+        double shrink = real(s, "shrink", "recipe.settle.shrink", 0, true, 1, true);
+        long steps = integer(s, "steps", "recipe.settle.steps", rounds > 0 ? 1 : 0, 10000);
+        return new Recipe.Settle((int) rounds, shrink, steps);
     }
 
     /**
@@ -215,7 +232,10 @@ final class RecipeReader {
     }
 
     private static long integer(Map<String, Object> z, String key, long lo, long hi) {
-        String field = "recipe.zo." + key;
+        return integer(z, key, "recipe.zo." + key, lo, hi);
+    }
+
+    private static long integer(Map<String, Object> z, String key, String field, long lo, long hi) {
         Object v = z.get(key);
         if (!(v instanceof Long)) {
             throw err(field, "must be an integer, got " + Json.typeName(v), "set " + key

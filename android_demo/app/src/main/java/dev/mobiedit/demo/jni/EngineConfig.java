@@ -47,6 +47,37 @@ public final class EngineConfig {
     public int normalise;
     public int checkAt;
 
+    /**
+     * This search with at most {@code maxSteps} steps and seed {@code seed}, every other field
+     * the same (a settle round, app.EditRunner; mobiedit/driver.py settle_value).
+     */
+    public EngineConfig withBudget(long maxSteps, long seed) {
+        EngineConfig c = new EngineConfig();
+        c.estimator = estimator;
+        c.nDirs = nDirs;
+        c.optimizer = optimizer;
+        c.lrSchedule = lrSchedule;
+        c.h = h;
+        c.lr = lr;
+        c.lrMin = lrMin;
+        c.momentum = momentum;
+        c.beta1 = beta1;
+        c.beta2 = beta2;
+        c.adamEps = adamEps;
+        c.maxNorm = maxNorm;
+        c.lossTol = lossTol;
+        c.minRelImprove = minRelImprove;
+        c.maxSteps = maxSteps;
+        c.maxEvals = maxEvals;
+        c.checkEvery = checkEvery;
+        c.patience = patience;
+        c.seed = seed;
+        c.directions = directions;
+        c.normalise = normalise;
+        c.checkAt = checkAt;
+        return c;
+    }
+
     /** The engine's defaults (equal to mobiedit.zo.ZOConfig's); needs the native library. */
     public static EngineConfig defaults() {
         NativeLibrary.ensureLoaded();

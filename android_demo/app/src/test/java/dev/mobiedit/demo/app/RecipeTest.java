@@ -406,4 +406,57 @@ class RecipeTest {
         ladder(m).remove("from_edits");
         refusedAt(m, e);
     }
+
+    @SuppressWarnings("unchecked")
+    static Map<String, Object> settle(Map<String, Object> m) {
+        return (Map<String, Object>) ((Map<String, Object>) m.get("recipe")).get("settle");
+    }
+
+    @Test
+    @SuppressWarnings("unchecked")
+    void theSettlePhaseIsReadDefaultedToOffOrRefusedNamingTheField() {
+        // as the exporter writes it by default: off
+        Recipe written = parse(Fixtures.manifestMap()).recipe;
+        assertEquals(0, written.settle.rounds);
+        // absent (bundles exported before session 47), and the shipped fallback: off
+        Map<String, Object> m = Fixtures.manifestMap();
+        ((Map<String, Object>) m.get("recipe")).remove("settle");
+        assertEquals(Recipe.Settle.OFF, parse(m).recipe.settle);
+        assertEquals(Recipe.Settle.OFF, Recipe.shippedFallback(17).settle);
+        // a profile's (export/recipe.py with_settle)
+        m = Fixtures.manifestMap();
+        settle(m).put("rounds", 3L);
+        settle(m).put("shrink", 0.7);
+        settle(m).put("steps", 12L);
+        Recipe.Settle own = parse(m).recipe.settle;
+        assertEquals(3, own.rounds);
+        assertEquals(0.7, own.shrink);
+        assertEquals(12, own.steps);
+        String r = "recipe.settle.rounds";
+        String sh = "recipe.settle.shrink";
+        String st = "recipe.settle.steps";
+        Object[][] cases = {
+            {"rounds", -1L, r}, {"rounds", 101L, r}, {"rounds", 2.0, r}, {"rounds", true, r}, {"rounds", null, r},
+            {"shrink", 1.0, sh}, {"shrink", 0L, sh}, {"shrink", -0.5, sh}, {"shrink", "0.8", sh},
+            {"steps", 0.5, st}, {"steps", 10001L, st}, {"steps", -1L, st},
+        };
+        for (Object[] c : cases) {
+            m = Fixtures.manifestMap();
+            settle(m).put((String) c[0], c[1]);
+            refusedAt(m, (String) c[2]);
+        }
+        m = Fixtures.manifestMap();  // a phase with rounds needs a step a round
+        settle(m).put("rounds", 2L);
+        settle(m).put("steps", 0L);
+        refusedAt(m, st);
+        m = Fixtures.manifestMap();
+        settle(m).put("grow", 2L);
+        refusedAt(m, "recipe.settle.grow");
+        m = Fixtures.manifestMap();
+        settle(m).remove("shrink");
+        refusedAt(m, sh);
+        m = Fixtures.manifestMap();
+        ((Map<String, Object>) m.get("recipe")).put("settle", 3L);
+        refusedAt(m, "recipe.settle");
+    }
 }

@@ -106,7 +106,8 @@ public final class Fixtures {
             "loss_tol", 0.0, "patience", 0L, "min_rel_improve", 0.0, "seed", 0L, "directions", "iid",
             "normalise", "spread");
         return map("zo", zo, "success", map("fraction", 0.75, "nll", 0.5), "ladder",
-            map("fractions", new ArrayList<Object>(Arrays.asList(0.5, 0.75, 1.0)), "from_edits", 2L));
+            map("fractions", new ArrayList<Object>(Arrays.asList(0.5, 0.75, 1.0)), "from_edits", 2L),
+            "settle", map("rounds", 0L, "shrink", 0.8, "steps", 20L));
     }
 
     /** A feed with a [1, 1] int64 tensor under each of {@code names}. */
