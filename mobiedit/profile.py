@@ -121,7 +121,7 @@ def check_settle(settle: dict, where: str) -> None:
     """Refuse a ``settle`` section that is not a :class:`~mobiedit.recipes.Settle`'s fields in range
     (``where``: its name)."""
     from .config_io import merge
-    from .recipes import Settle
+    from .settle import Settle
 
     merge(Settle(), settle, where)
 

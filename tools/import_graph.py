@@ -50,7 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "mobiedit.config_io", "mobiedit.corpora", "mobiedit.hooks", "mobiedit.outputs", "mobiedit.atomic",
               "mobiedit.jsonio", "mobiedit.journal_lock", "mobiedit.digest", "mobiedit.paths", "mobiedit.rss",
               "mobiedit.termsafe", "mobiedit.quiet", "mobiedit.head", "mobiedit.quant_io",
-              "mobiedit.request_record")),
+              "mobiedit.request_record", "mobiedit.settle")),
 )
 ROOT_PACKAGE = "mobiedit"
 
