@@ -105,24 +105,12 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                  # paraphrases by greedy answer, at 0.1 4 of 10; P(new) > P(true) 90 and neighbours
                  # unchanged 100 at both (the default score ties them)
                  "success": {"nll": 0.1},
-                 # `mobiedit tune --max-ppl-change 0.5 --score answers` on six of the same tuning requests
-                 # (docs/results.md, "Gemma-3-270M: the settle phase"): the same score with and without the
-                 # settle phase (60.0), mean perplexity change +0.42 % against +0.83 % — over the 0.5 %
-                 # budget, half issue 14's 1 %: the current setting's held-out change had run 1.6x its
-                 # tuning figure (+1.33 % against +0.83 %)
-                 "settle": {"rounds": 3},
-                 "notes": {**_tune_notes(
+                 "notes": _tune_notes(
                      "mobiedit tune --model gemma3-270m --n 10 --method fzoo-stopw --grid success.nll=0.1 --score answers "
                      "--out runs/tune_gemma --write-profile", "2026-12-06", "fzoo-stopw", 894, "gemma3-270m.json",
                      "f91e190c41db1b45e5d9b2c3ed16f1d87b3f583ff3bc46a3c33aef23721896fb",
                      (21737, 21739, 21747, 21749, 21759, 21760, 21783, 21838, 21844, 21906),
-                     ("efficacy_acc", "generalization_acc", "locality_unchanged")),
-                     "tune_settle": _tune_notes(
-                     "mobiedit tune --model gemma3-270m --n 6 --offset 894 --method fzoo-stopw --grid settle.rounds=3 "
-                     "--max-ppl-change 0.5 --score answers --out results/tune_gemma_settle", "2026-12-07", "fzoo-stopw",
-                     894, "gemma3-270m.json", "f91e190c41db1b45e5d9b2c3ed16f1d87b3f583ff3bc46a3c33aef23721896fb",
-                     (21737, 21739, 21747, 21749, 21759, 21760),
-                     ("efficacy_acc", "generalization_acc", "locality_unchanged"))["tune"]}}),
+                     ("efficacy_acc", "generalization_acc", "locality_unchanged"))}),
 }
 
 
