@@ -83,7 +83,7 @@ class ModelProfile:
             raise ConfigError(f"requests is {self.requests!r}", where=f"{PROFILE_FILE}, field 'requests'",
                               fix="'bundled:known/NAME.json' (a file under mobiedit/data), 'file:NAME' (a request "
                                   "file inside the model folder) or '' (the bundled CounterFact 1k)")
-        for name in ("context", "objective", "success", "settle", "notes"):
+        for name in (*TUNABLE_SECTIONS, "notes"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be an object", where=f"{PROFILE_FILE}, field '{name}'",
                                   fix="write a JSON object, e.g. {}")
@@ -203,6 +203,9 @@ def resolve_layer(model_dir: str | os.PathLike, override: int | None) -> int:
 #: the method-config sections a profile may set (:func:`profile_settings`); its ``success`` rule is
 #: set through :data:`SUCCESS_FIELDS` (:func:`with_profile`, :func:`success_settings`)
 PROFILE_SECTIONS = ("objective", "context")
+#: every settings section of a profile — what ``mobiedit tune`` sweeps (``--grid SECTION.KEY=…``) and
+#: writes: the method-config sections, the success rule and the forward-only search's settle phase
+TUNABLE_SECTIONS = PROFILE_SECTIONS + ("success", "settle")
 
 
 def profile_settings(model_dir: str | os.PathLike | None) -> dict:

@@ -35,14 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .profile import TUNABLE_SECTIONS
 from .resolve import add_model_args
 
 log = logging.getLogger(__name__)
 
 #: the default grid: ROME's clamp and decay, each around its default
 DEFAULT_GRID = ("objective.clamp_norm_factor=2,4,8", "objective.weight_decay=0.1,0.5")
-#: the settings a profile stores (:data:`mobiedit.profile.PROFILE_SECTIONS` and its success rule)
-_SECTIONS = ("objective.", "context.", "success.", "settle.")
+#: the settings a profile stores (:data:`mobiedit.profile.TUNABLE_SECTIONS`), as grid-key prefixes
+_SECTIONS = tuple(f"{name}." for name in TUNABLE_SECTIONS)
 
 
 def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
@@ -237,8 +238,7 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
     from .profile import ModelProfile, read_profile
 
     old = read_profile(model_dir) or ModelProfile(edit_layer=row["layer"])
-    sections = {"objective": dict(old.objective), "context": dict(old.context), "success": dict(old.success),
-                "settle": dict(old.settle)}
+    sections = {name: dict(getattr(old, name)) for name in TUNABLE_SECTIONS}
     for key, value in row["settings"].items():
         section, *path = key.split(".")
         node = sections[section]
@@ -247,9 +247,7 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
         node[path[-1]] = value
     reason = old.layer_reason if row["layer"] == old.edit_layer else \
         f"mobiedit tune ({method_row}, {tuning['n']} known requests): the best score at layer {row['layer']}"
-    return replace(old, edit_layer=row["layer"], layer_reason=reason, objective=sections["objective"],
-                   context=sections["context"], success=sections["success"], settle=sections["settle"],
-                   notes={**old.notes, "tune": tuning})
+    return replace(old, edit_layer=row["layer"], layer_reason=reason, **sections, notes={**old.notes, "tune": tuning})
 
 
 def cmd_tune(args) -> int:

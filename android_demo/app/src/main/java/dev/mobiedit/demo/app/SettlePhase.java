@@ -58,7 +58,9 @@ final class SettlePhase {
                 out.steps += engine.steps();
                 out.history = concat(out.history, engine.history());
                 float[] found = engine.x();
-                if (!status.isSuccess() || norm(found) >= norm(out.z)) {
+                boolean shorter = SuccessCriterion.norm(found, 0, d)
+                    < SuccessCriterion.norm(out.z, 0, d);
+                if (!status.isSuccess() || !shorter) {
                     return out;
                 }
                 out.z = found;
@@ -68,14 +70,6 @@ final class SettlePhase {
             }
         }
         return out;
-    }
-
-    private static double norm(float[] x) {
-        double s = 0;
-        for (float v : x) {
-            s += (double) v * v;
-        }
-        return Math.sqrt(s);
     }
 
     static double[] concat(double[] a, double[] b) {

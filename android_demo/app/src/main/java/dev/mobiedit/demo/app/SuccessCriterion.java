@@ -104,7 +104,8 @@ public final class SuccessCriterion {
         return weightDecay * dn / (vn * vn);
     }
 
-    private static double norm(float[] a, int offset, int n) {
+    /** ||a[offset .. offset + n)||, summed in double. */
+    static double norm(float[] a, int offset, int n) {
         double ss = 0;
         for (int i = 0; i < n; i++) {
             double v = a[offset + i];

@@ -9,7 +9,7 @@ import dev.mobiedit.demo.core.Recipe;
  * settings as export/recipe.py wrote them; {@link Recipe#shippedFallback} for manifests without
  * one). Validation is the engine's: {@link NativeEngine#configure} throws naming the field.
  */
-public final class EngineConfig {
+public final class EngineConfig implements Cloneable {
     public static final int EST_PAPER = 0;
     public static final int EST_FZOO = 1;
     public static final int EST_ANTITHETIC = 2;
@@ -52,29 +52,14 @@ public final class EngineConfig {
      * the same (a settle round, app.EditRunner; mobiedit/driver.py settle_value).
      */
     public EngineConfig withBudget(long maxSteps, long seed) {
-        EngineConfig c = new EngineConfig();
-        c.estimator = estimator;
-        c.nDirs = nDirs;
-        c.optimizer = optimizer;
-        c.lrSchedule = lrSchedule;
-        c.h = h;
-        c.lr = lr;
-        c.lrMin = lrMin;
-        c.momentum = momentum;
-        c.beta1 = beta1;
-        c.beta2 = beta2;
-        c.adamEps = adamEps;
-        c.maxNorm = maxNorm;
-        c.lossTol = lossTol;
-        c.minRelImprove = minRelImprove;
+        EngineConfig c;
+        try {
+            c = (EngineConfig) clone();  // every field a primitive: a field-for-field copy
+        } catch (CloneNotSupportedException e) {
+            throw new AssertionError(e);
+        }
         c.maxSteps = maxSteps;
-        c.maxEvals = maxEvals;
-        c.checkEvery = checkEvery;
-        c.patience = patience;
         c.seed = seed;
-        c.directions = directions;
-        c.normalise = normalise;
-        c.checkAt = checkAt;
         return c;
     }
 

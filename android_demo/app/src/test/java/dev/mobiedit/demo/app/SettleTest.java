@@ -127,7 +127,6 @@ class SettleTest {
     void offIsTheSearchAsBeforeBitForBit() throws Exception {
         EditOutcome off = run(new QuadraticPrograms(17), manifest(0, 0.8, 20));
         Map<String, Object> m = Fixtures.manifestMap();
-        RecipeTest.settle(m).clear();
         ((Map<?, ?>) m.get("recipe")).remove("settle");
         EditOutcome absent = run(new QuadraticPrograms(17), RecipeTest.parse(m));
         assertArrayEquals(off.delta, absent.delta);
