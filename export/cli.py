@@ -125,7 +125,7 @@ def config_from_args(args: argparse.Namespace, model_dir=None):
     put("edit", "recipe", getattr(args, "recipe", None))
     put("edit", "update_rule", getattr(args, "update_rule", None))
     put("edit", "mom2", False if args.no_mom2 else None)
-    return merge(with_profile(default_export_config(args.runtime), model_dir, "edit"), over)
+    return merge(with_profile(default_export_config(args.runtime), model_dir, "edit", method="mobiedit"), over)
 
 
 def cmd_export(args) -> int:

@@ -73,7 +73,7 @@ def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
     from mobiedit.profile import with_profile
     from mobiedit.session import edit_independent, prepare
 
-    cfg = with_profile(dataclasses.replace(MobiEditConfig(), layer=layer), lm.path)
+    cfg = with_profile(dataclasses.replace(MobiEditConfig(), layer=layer), lm.path, method="mobiedit")
     ctx = prepare(lm, cfg, seed=0)
     fwd = quantized_copy(lm.model, lm.family, layer, cfg.quant)  # once, not per request
     for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc="edit eager w8a16"):

@@ -181,7 +181,7 @@ def row_config(name: str, layer: int, seed: int, sets: tuple[tuple[str, Any], ..
     cls = ROMEConfig if method == "rome" else MobiEditConfig
     from .profile import with_profile
 
-    cfg = merge(merge(with_profile(cls(), model_dir), over, f"row {name}"), _nest(sets), f"row {name}")
+    cfg = merge(merge(with_profile(cls(), model_dir, method=method), over, f"row {name}"), _nest(sets), f"row {name}")
     if method == "mobiedit":
         cfg = dataclasses.replace(cfg, zo=dataclasses.replace(cfg.zo, seed=seed))
     return dataclasses.replace(cfg, layer=layer)

@@ -50,6 +50,10 @@ class ModelProfile:
         settle: the forward-only search's settle phase after its first success
             (:class:`~mobiedit.recipes.Settle`: ``rounds``, ``shrink``, ``steps``); MobiEdit
             configs and bundles only; absent: none.
+        methods: one method's own settings over the shared ``objective`` / ``context``, keyed by
+            method (:data:`PROFILE_METHODS`), e.g. ``{"rome": {"objective": {"weight_decay": 2}}}``
+            when each search was tuned to its own value (``mobiedit tune --scope method``): a fair
+            comparison runs every method at the settings tuned for it.
         requests: the request file of facts this model knows — the default of ``bench``,
             ``sequential``, ``tune`` and ``trace`` when no ``--requests`` is given (an edit of a
             fact the model never knew has no true answer to displace, and its neighbours and
@@ -67,6 +71,7 @@ class ModelProfile:
     objective: dict = field(default_factory=dict)
     success: dict = field(default_factory=dict)
     settle: dict = field(default_factory=dict)
+    methods: dict = field(default_factory=dict)
     requests: str = ""
     notes: dict = field(default_factory=dict)
 
@@ -83,12 +88,13 @@ class ModelProfile:
             raise ConfigError(f"requests is {self.requests!r}", where=f"{PROFILE_FILE}, field 'requests'",
                               fix="'bundled:known/NAME.json' (a file under mobiedit/data), 'file:NAME' (a request "
                                   "file inside the model folder) or '' (the bundled CounterFact 1k)")
-        for name in (*TUNABLE_SECTIONS, "notes"):
+        for name in (*TUNABLE_SECTIONS, "methods", "notes"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be an object", where=f"{PROFILE_FILE}, field '{name}'",
                                   fix="write a JSON object, e.g. {}")
         check_success(self.success, f"{PROFILE_FILE}, field 'success'")
         check_settle(self.settle, f"{PROFILE_FILE}, field 'settle'")
+        check_methods(self.methods, f"{PROFILE_FILE}, field 'methods'")
 
 
 def _relative_name(value: str, prefix: str, nested: bool = False) -> bool:
@@ -124,6 +130,30 @@ def check_settle(settle: dict, where: str) -> None:
     from .settle import Settle
 
     merge(Settle(), settle, where)
+
+
+#: the methods a profile may hold settings of its own for (``methods``): the names of
+#: :data:`mobiedit.methods.METHODS` (a test keeps the two equal; this layer does not import methods)
+PROFILE_METHODS = ("rome", "mobiedit")
+
+
+def check_methods(methods: dict, where: str) -> None:
+    """Refuse a ``methods`` section whose keys are not :data:`PROFILE_METHODS` or whose entries are
+    not objects of :data:`PROFILE_SECTIONS` objects (``where``: its name). The settings themselves
+    are checked where they are merged, as the shared sections' are."""
+    for method, sections in methods.items():
+        if method not in PROFILE_METHODS:
+            raise ConfigError(f"unknown method {method!r}", where=where, fix=f"use only {list(PROFILE_METHODS)}")
+        if not isinstance(sections, dict):
+            raise ConfigError("must be an object", where=f"{where}.{method}",
+                              fix='write e.g. {"objective": {"weight_decay": 2}}')
+        for name, value in sections.items():
+            if name not in PROFILE_SECTIONS:
+                raise ConfigError(f"unknown section {name!r}", where=f"{where}.{method}",
+                                  fix=f"use only {list(PROFILE_SECTIONS)} (success and settle are the "
+                                      "forward-only search's already)")
+            if not isinstance(value, dict):
+                raise ConfigError("must be an object", where=f"{where}.{method}.{name}", fix="write a JSON object")
 
 
 def read_profile(model_dir: str | os.PathLike) -> ModelProfile | None:
@@ -208,25 +238,40 @@ PROFILE_SECTIONS = ("objective", "context")
 TUNABLE_SECTIONS = PROFILE_SECTIONS + ("success", "settle")
 
 
-def profile_settings(model_dir: str | os.PathLike | None) -> dict:
-    """The config settings the profile of ``model_dir`` carries — ``{"objective": {...}, "context":
-    {...}}``, empty sections left out, ``{}`` without a profile. Every path that builds a method
-    config for this model (``edit``, ``bench``, ``sequential``, ``export``, the demo) merges them
-    over the defaults, under the user's own config (``mobiedit tune`` chooses them)."""
+def profile_settings(model_dir: str | os.PathLike | None, method: str | None = None) -> dict:
+    """The config settings the profile of ``model_dir`` carries for ``method`` (a name of
+    :data:`PROFILE_METHODS`; None: the shared settings only) — ``{"objective": {...}, "context":
+    {...}}``, the method's own (``methods.<method>``) over the shared ones key by key, empty
+    sections left out, ``{}`` without a profile. Every path that builds a method config for this
+    model (``edit``, ``bench``, ``sequential``, ``tune``, ``export``, the demo) merges them over the
+    defaults, under the user's own config (``mobiedit tune`` chooses them)."""
     prof = read_profile(model_dir) if model_dir is not None else None
     if prof is None:
         return {}
-    return {name: getattr(prof, name) for name in PROFILE_SECTIONS if getattr(prof, name)}
+    own = prof.methods.get(method, {}) if method is not None else {}
+    out = {name: _deep_update(getattr(prof, name), own.get(name, {})) for name in PROFILE_SECTIONS}
+    return {name: value for name, value in out.items() if value}
 
 
-def with_profile(cfg, model_dir: str | os.PathLike | None, section: str | None = None):
-    """``cfg`` (a dataclass config) with :func:`profile_settings` of ``model_dir`` merged over it
-    (under ``cfg.<section>`` when given, e.g. an export config's ``edit``), and the profile's
+def _deep_update(base: dict, over: dict) -> dict:
+    """A copy of ``base`` with ``over`` merged into it, nested objects key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _deep_update(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def with_profile(cfg, model_dir: str | os.PathLike | None, section: str | None = None, *, method: str):
+    """``cfg`` (a dataclass config of ``method``'s search, a name of :data:`PROFILE_METHODS`) with
+    :func:`profile_settings` of ``model_dir`` for that method merged over it (under
+    ``cfg.<section>`` when given, e.g. an export config's ``edit``), and the profile's
     ``success`` rule on the fields of :data:`SUCCESS_FIELDS` the target has; an error names
     ``DIR/mobiedit.json``. Unchanged without a profile or settings."""
     from .config_io import merge
 
-    prof = profile_settings(model_dir)
+    if method not in PROFILE_METHODS:
+        raise ValueError(f"method {method!r} is not one of {PROFILE_METHODS}")  # a caller's bug, not input
+    prof = profile_settings(model_dir, method)
     target = getattr(cfg, section) if section else cfg
     for key, value in success_settings(model_dir).items():
         if hasattr(target, SUCCESS_FIELDS[key]):
@@ -268,17 +313,19 @@ def config_key(key: str) -> str:
 
 
 def check_not_tuned_on(model_dir: str | os.PathLike, requests_sha256: str, case_ids: list[str]) -> None:
-    """Refuse to report on requests the profile's settings were tuned on (``notes.tune`` of
-    ``mobiedit tune``, same request file): evaluation stays apart from tuning."""
+    """Refuse to report on requests the profile's settings were tuned on (``notes.tune`` and each
+    method's ``notes["tune:<method>"]`` of ``mobiedit tune``, same request file): evaluation stays
+    apart from tuning."""
     prof = read_profile(model_dir)
-    tune = prof.notes.get("tune") if prof is not None else None
-    if not isinstance(tune, dict) or tune.get("requests_sha256") != requests_sha256:
-        return
-    shared = sorted(set(tune.get("case_ids", [])) & set(case_ids))
-    if shared:
-        raise ConfigError(f"{len(shared)} of these requests (e.g. {shared[0]}) tuned this model's profile",
-                          where="--offset", fix=f"report on other requests: the tuning took {len(tune['case_ids'])} "
-                                                f"from offset {tune.get('offset')} of {tune.get('requests')}")
+    for key, tune in (prof.notes.items() if prof is not None else ()):
+        if not (key == "tune" or key.startswith("tune:")) or not isinstance(tune, dict) \
+                or tune.get("requests_sha256") != requests_sha256:
+            continue
+        shared = sorted(set(tune.get("case_ids", [])) & set(case_ids))
+        if shared:
+            raise ConfigError(f"{len(shared)} of these requests (e.g. {shared[0]}) tuned this model's profile",
+                              where="--offset", fix=f"report on other requests: the tuning took {len(tune['case_ids'])} "
+                                                    f"from offset {tune.get('offset')} of {tune.get('requests')}")
 
 
 def with_layer(profile: ModelProfile, layer: int, reason: str) -> ModelProfile:

@@ -89,7 +89,7 @@ def load_method_config(method: str, config_path: str | os.PathLike | None = None
     from .profile import with_profile
 
     cls, _ = method_entry(method)
-    cfg = with_profile(cls(), model_dir)
+    cfg = with_profile(cls(), model_dir, method=method)
     if config_path:
         cfg = merge(cfg, read_yaml(config_path), str(config_path))
     return merge(cfg, dict(overrides)) if overrides else cfg

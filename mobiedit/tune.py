@@ -22,7 +22,9 @@ Contract:
     go into the profile (``notes.tune``), and ``mobiedit bench`` refuses to report on them
     (:func:`mobiedit.profile.check_not_tuned_on`);
   * ``tune.json`` + ``tune.png`` in ``--out``; the profile is written (atomically) only with
-    ``--write-profile``.
+    ``--write-profile``: objective and context settings into its shared sections, or with ``--scope
+    method`` into the tuned method's own (``methods.rome`` / ``methods.mobiedit``, its provenance in
+    ``notes["tune:<method>"]``); the candidates' current settings are the profile's for that method.
 """
 from __future__ import annotations
 
@@ -232,22 +234,28 @@ def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob
     save_png(fig, png)
 
 
-def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict):
+def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict, own: str | None = None):
     """The model's profile with ``row``'s layer and settings (merged over its own) and the tuning's
-    provenance in ``notes.tune``."""
-    from .profile import ModelProfile, read_profile
+    provenance in ``notes.tune``. With ``own`` (a method name, ``--scope method``) the objective and
+    context settings go into that method's own section (``methods.<own>``) and the provenance into
+    ``notes["tune:<own>"]``, so the shared settings and the other method's tuning stay as they were."""
+    from .profile import PROFILE_SECTIONS, ModelProfile, read_profile
 
     old = read_profile(model_dir) or ModelProfile(edit_layer=row["layer"])
     sections = {name: dict(getattr(old, name)) for name in TUNABLE_SECTIONS}
+    methods = {m: {k: dict(v) for k, v in secs.items()} for m, secs in old.methods.items()}
     for key, value in row["settings"].items():
         section, *path = key.split(".")
-        node = sections[section]
+        node = methods.setdefault(own, {}).setdefault(section, {}) if own and section in PROFILE_SECTIONS \
+            else sections[section]
         for p in path[:-1]:
             node = node.setdefault(p, {})
         node[path[-1]] = value
     reason = old.layer_reason if row["layer"] == old.edit_layer else \
         f"mobiedit tune ({method_row}, {tuning['n']} known requests): the best score at layer {row['layer']}"
-    return replace(old, edit_layer=row["layer"], layer_reason=reason, **sections, notes={**old.notes, "tune": tuning})
+    note = f"tune:{own}" if own else "tune"
+    return replace(old, edit_layer=row["layer"], layer_reason=reason, **sections, methods=methods,
+                   notes={**old.notes, note: tuning})
 
 
 def cmd_tune(args) -> int:
@@ -277,6 +285,10 @@ def cmd_tune(args) -> int:
     model_dir = resolve_model(args)
     # the current settings' layer: the profile's; without a profile, the first of --layers
     layer = edit_layer_for(model_dir, layers[0] if layers and read_profile(model_dir) is None else None)
+    if args.scope == "method" and set(layers or [layer]) != {layer}:
+        raise ConfigError(f"--layers {args.layers} with --scope method: the edit layer is one for every method "
+                          f"(the profile's is {layer})", where="--scope",
+                          fix="tune the layer with --scope shared, or leave --layers out")
     layers = layers or [layer]
     req_file = request_file(args.requests, model_dir)
     total = len(load_requests(req_file))
@@ -306,7 +318,8 @@ def cmd_tune(args) -> int:
     print(f"chosen: #{best} — {format_line(best, table[best]).split(None, 1)[1]}")
     print(f"wrote {out / 'tune.json'} and {out / 'tune.png'}")
     if args.write_profile:
-        print(f"wrote {write_profile(model_dir, tuned_profile(model_dir, table[best], args.method, tuning))}")
+        own = ROWS[args.method][0] if args.scope == "method" else None
+        print(f"wrote {write_profile(model_dir, tuned_profile(model_dir, table[best], args.method, tuning, own))}")
     return 0
 
 
@@ -334,4 +347,8 @@ def register(sub) -> None:
                          "(implies --ability), e.g. 1")
     sp.add_argument("--out", default="runs/tune", help="folder for the sweep's JSON and PNG")
     sp.add_argument("--write-profile", action="store_true", help="write the chosen settings into the model's profile")
+    sp.add_argument("--scope", choices=("shared", "method"), default="shared",
+                    help="where --write-profile puts objective and context settings: the profile's shared sections "
+                         "(every method; the default) or the --method's own (`methods.rome` / `methods.mobiedit`), "
+                         "when each search is tuned to its own value")
     sp.set_defaults(fn=cmd_tune)

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     model = resolve_model_arg(a.model)
     base = with_profile(ExportConfig(quant=QuantizeConfig(scheme="fp32", edit_scheme="nbits", quantize_lm_head=True,
                                                           quantize_embedding=True),
-                                     lower=LowerConfig(runtime="onnxruntime")), model, "edit")
+                                     lower=LowerConfig(runtime="onnxruntime")), model, "edit", method="mobiedit")
     prep = prepare(model, base)
     ref_mods = build_modules(prep, {k: prep.lm.model for k in ("inference", "prefix", "edit")}, base, ("prefix", "edit"))
     edits = sample_edits(prep.lm.tokenizer, prep.templates, base.edit.objective, base.edit_shapes, 1)
