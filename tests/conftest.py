@@ -144,6 +144,16 @@ def tiny_llama_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture
+def model_copy(tiny_llama_dir, tmp_path):
+    """A writable copy of the tiny llama folder (for tests that write its profile)."""
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(tiny_llama_dir, d)
+    return d
+
+
 @pytest.fixture(scope="session")
 def kill_bundle_base(tiny_llama_dir, tmp_path_factory):
     """A small ONNX Runtime fp32 bundle of the tiny llama (the kill harness's shapes, 8 slots),

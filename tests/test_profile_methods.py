@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 
 import pytest
 
@@ -16,13 +15,6 @@ from mobiedit.profile import (PROFILE_METHODS, ModelProfile, check_not_tuned_on,
                               with_profile, write_profile)
 from mobiedit.resolve import load_method_config
 from mobiedit.tune import tuned_profile
-
-
-@pytest.fixture
-def model_copy(tiny_llama_dir, tmp_path):
-    d = tmp_path / "m"
-    shutil.copytree(tiny_llama_dir, d)
-    return d
 
 
 def _export_config(model_dir):

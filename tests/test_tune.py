@@ -67,13 +67,6 @@ def test_a_perplexity_budget_rules_out_candidates_over_it():
     assert note_row({"layer": 2, "settings": {}, "score": 90.0})["perplexity_change_pct"] is None
 
 
-@pytest.fixture
-def model_copy(tiny_llama_dir, tmp_path):
-    d = tmp_path / "m"
-    shutil.copytree(tiny_llama_dir, d)
-    return d
-
-
 def test_profile_settings_reach_every_config_path(model_copy):
     from mobiedit.export.cli import config_from_args
 
