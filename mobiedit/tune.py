@@ -238,7 +238,8 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict, own
     """The model's profile with ``row``'s layer and settings (merged over its own) and the tuning's
     provenance in ``notes.tune``. With ``own`` (a method name, ``--scope method``) the objective and
     context settings go into that method's own section (``methods.<own>``) and the provenance into
-    ``notes["tune:<own>"]``, so the shared settings and the other method's tuning stay as they were."""
+    ``notes["tune:<own>"]``, so the shared settings and the other method's tuning stay as they were;
+    without it a tuned objective or context setting is shared, and no method keeps its own value of it."""
     from .profile import PROFILE_SECTIONS, ModelProfile, read_profile
 
     old = read_profile(model_dir) or ModelProfile(edit_layer=row["layer"])
@@ -246,16 +247,30 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict, own
     methods = {m: {k: dict(v) for k, v in secs.items()} for m, secs in old.methods.items()}
     for key, value in row["settings"].items():
         section, *path = key.split(".")
+        if section in PROFILE_SECTIONS and not own:  # shared now: no method keeps its own value of it
+            for secs in methods.values():
+                _drop(secs, [section, *path])
         node = methods.setdefault(own, {}).setdefault(section, {}) if own and section in PROFILE_SECTIONS \
             else sections[section]
         for p in path[:-1]:
             node = node.setdefault(p, {})
         node[path[-1]] = value
+    methods = {m: secs for m, secs in methods.items() if secs}
     reason = old.layer_reason if row["layer"] == old.edit_layer else \
         f"mobiedit tune ({method_row}, {tuning['n']} known requests): the best score at layer {row['layer']}"
     note = f"tune:{own}" if own else "tune"
     return replace(old, edit_layer=row["layer"], layer_reason=reason, **sections, methods=methods,
                    notes={**old.notes, note: tuning})
+
+
+def _drop(tree: dict, path: list[str]) -> None:
+    """Remove ``path`` from the nested dict ``tree`` and every object it leaves empty."""
+    if len(path) == 1:
+        tree.pop(path[0], None)
+    elif isinstance(tree.get(path[0]), dict):
+        _drop(tree[path[0]], path[1:])
+        if not tree[path[0]]:
+            del tree[path[0]]
 
 
 def cmd_tune(args) -> int:

@@ -96,6 +96,9 @@ def test_tune_scope_method_writes_the_methods_own_section_and_its_guard(model_co
     check_not_tuned_on(model_copy, "abc", ["x", "y"])
     assert load_method_config("rome", model_dir=model_copy).objective.weight_decay == 2
     assert load_method_config("mobiedit", model_dir=model_copy).objective.weight_decay != 2
+    # a shared tune of the same setting applies to every method: ROME's own value of it goes
+    p3 = tuned_profile(model_copy, {"layer": 0, "settings": {"objective.weight_decay": 0.3}}, "fzoo-stopw", tuning)
+    assert p3.objective == {"kl_factor": 0.1, "weight_decay": 0.3} and p3.methods == {}
 
 
 def test_tune_command_with_scope_method(model_copy, tmp_path, monkeypatch, capsys):
