@@ -157,12 +157,14 @@ def register(sub) -> None:
 
 
 def quant_correlation(model_dir: str, layer: int, n_requests: int, K: int, hs: list[float], schemes: list[str],
-                      seed: int = 0) -> dict:
+                      seed: int = 0, progress: bool = False) -> dict:
     """How much of the perturbation signal a quantized edit graph keeps: the centered correlation,
     across K Rademacher perturbations of size ``h`` (units of ‖v_init‖/√d), of its losses with the
     float graph's — the trap being that a scheme can have small max error yet erase the signal."""
     import math
     import statistics
+
+    from tqdm import tqdm
 
     from .forward.prefix import compute_prefix_state
     from .forward.quant import QuantConfig, centered_correlation, quantized_copy
@@ -178,7 +180,8 @@ def quant_correlation(model_dir: str, layer: int, n_requests: int, K: int, hs: l
     ctx = prepare_context(lm, [layer], ContextConfig(), None, g)
     models = {s: quantized_copy(lm.model, lm.family, layer, QuantConfig(s)) for s in schemes}
     table: dict[str, dict[str, list[float]]] = {s: {str(h): [] for h in hs} for s in schemes}
-    for req in load_requests(bundled_path("counterfact-edit-1k.json"))[:n_requests]:
+    reqs = load_requests(bundled_path("counterfact-edit-1k.json"))[:n_requests]
+    for req in tqdm(reqs, desc="bench-quant", unit="request", disable=not progress):
         inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, obj)
         st = compute_prefix_state(lm.model, lm.family, layer, inputs)
         ref_graph = PrefixGraph(lm.model, lm.family, st, obj)
@@ -195,6 +198,22 @@ def quant_correlation(model_dir: str, layer: int, n_requests: int, K: int, hs: l
             "per_request": table}
 
 
+def _sizes(text: str) -> list[float]:
+    """``--h``'s comma-separated perturbation sizes, each a finite number > 0."""
+    import math
+
+    from .errors import ConfigError
+
+    try:
+        hs = [float(x) for x in text.split(",")]
+    except ValueError:
+        hs = []
+    if not hs or not all(math.isfinite(h) and h > 0 for h in hs):
+        raise ConfigError(f"--h {text!r} is not a list of sizes", where="--h",
+                          fix="give comma-separated numbers > 0, e.g. --h 0.05,0.5")
+    return hs
+
+
 def cmd_bench_quant(args) -> int:
     import json
     from pathlib import Path
@@ -203,10 +222,10 @@ def cmd_bench_quant(args) -> int:
     from .resolve import edit_layer_for, resolve_model
 
     torch.set_num_threads(1)
+    hs = _sizes(args.h)  # before the model is resolved (which may build it)
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
-    hs = [float(x) for x in args.h.split(",")]
-    res = quant_correlation(str(model_dir), layer, args.n, args.K, hs, args.schemes.split(","))
+    res = quant_correlation(str(model_dir), layer, args.n, args.K, hs, args.schemes.split(","), progress=True)
     print(f"centered correlation of K={args.K} losses with the float graph (median of {args.n} requests, layer {layer})")
     print(f"{'scheme':<8}" + "".join(f"{'h=' + str(h):>12}" for h in hs))
     for s, row in res["median"].items():
@@ -219,6 +238,6 @@ def cmd_bench_quant(args) -> int:
 def register_quant(sub) -> None:
     sp = _model_args(sub, "bench-quant", "perturbation signal kept by quantized edit graphs (centered correlation)")
     sp.add_argument("--K", type=int, default=32, help="perturbations per request")
-    sp.add_argument("--h", default="0.001,0.05,0.5", help="perturbation sizes, units of ||v_init||/sqrt(d)")
+    sp.add_argument("--h", default="0.001,0.05,0.5", help="comma-separated perturbation sizes, units of ||v_init||/sqrt(d), e.g. 0.05,0.5")
     sp.add_argument("--schemes", default="w8a16,w8a8", help="comma-separated quantization schemes to compare")
     sp.set_defaults(fn=cmd_bench_quant)

@@ -120,3 +120,13 @@ def test_bf16_is_a_loop_scheme_not_a_checkpoint(tiny_llama_dir, tmp_path):
     with pytest.raises(ConfigError, match="loop-only"):
         save_quantized(tiny_llama_dir, tmp_path / "q", 0, QuantConfig("bf16"))
     assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("sizes", ["0.05,x", "0", "0.05,-1", "nan", ""])
+def test_bench_quant_names_a_bad_size_before_building_a_model(sizes, tmp_path, capsys):
+    from mobiedit.cli import main
+
+    # a folder that is not a model: the size is checked first, so nothing is loaded or built
+    assert main(["bench-quant", "--model", str(tmp_path), "--h", sizes]) == 2
+    err = capsys.readouterr().err
+    assert "--h" in err and "e.g. --h 0.05,0.5" in err
