@@ -24,11 +24,11 @@ from mobiedit.journal import Journal, tensor_sha256
 from mobiedit.journal_guard import check_bundle_journal
 from mobiedit.jsonio import JSONProblem, loads_strict
 from mobiedit.outputs import check_output_dir, mark_output, weights_bytes
-from mobiedit.profile import settle_settings, success_settings
+from mobiedit.profile import search_settings, settle_settings, success_settings
 
 from .config import RUNTIMES, ExportConfig
 from .manifest_check import MAX_MANIFEST_BYTES, validate_sections
-from .recipe import shipped_recipe, with_settle, with_success
+from .recipe import shipped_recipe, with_search, with_settle, with_success
 from .runtime import Program, open_program
 from .tokenizer import BundleTokenizer, save_tokenizer
 
@@ -128,7 +128,8 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     if fit_requests:
         cfg = fit_edit_shapes(prep, cfg, fit_requests)
     # the edit recipe hosts use (export/recipe.py), with the model profile's success rule; checked up front
-    recipe = with_settle(with_success(shipped_recipe(cfg.edit_shapes.K, cfg.edit.recipe), success_settings(model_dir)),
+    recipe = with_settle(with_success(with_search(shipped_recipe(cfg.edit_shapes.K, cfg.edit.recipe),
+                                                  search_settings(model_dir)), success_settings(model_dir)),
                          settle_settings(model_dir))
     stage("quantize")
     modules = build_modules(prep, program_models(prep, cfg), cfg)

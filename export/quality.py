@@ -63,24 +63,31 @@ def export_default(model_dir: Path, runtime: str, out: Path, reqs) -> Path:
     return out
 
 
-def eager_row(lm, reqs, layer: int, log_: RowLog) -> dict:
-    """MobiEdit's default (FZOO, W8A16 eager graph, prefix reuse, early stop) on ``reqs``, with the
-    model profile's objective, context and success rule — the settings its bundles ship."""
+def eager_config(model_dir, layer: int):
+    """MobiEdit's default (FZOO, W8A16 eager graph, prefix reuse, early stop) with the model
+    profile's settings for it — objective, context, success rule and its own search and forward
+    (``methods.mobiedit``): the search its bundles ship, on the eager forward the profile names."""
     import dataclasses
 
-    from mobiedit.forward.quant import quantized_copy
     from mobiedit.methods.mobiedit import MobiEditConfig
     from mobiedit.profile import with_profile
+
+    return with_profile(dataclasses.replace(MobiEditConfig(), layer=layer), model_dir, method="mobiedit")
+
+
+def eager_row(lm, reqs, cfg, log_: RowLog) -> dict:
+    """``cfg`` (:func:`eager_config`) on ``reqs``, each request on the unedited model; the row is
+    named by its eager forward (``eager-w8a16``)."""
+    from mobiedit.forward.quant import quantized_copy
     from mobiedit.session import edit_independent, prepare
 
-    cfg = with_profile(dataclasses.replace(MobiEditConfig(), layer=layer), lm.path, method="mobiedit")
     ctx = prepare(lm, cfg, seed=0)
-    fwd = quantized_copy(lm.model, lm.family, layer, cfg.quant)  # once, not per request
-    for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc="edit eager w8a16"):
+    fwd = quantized_copy(lm.model, lm.family, cfg.layer, cfg.quant)  # once, not per request
+    for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc=f"edit eager {cfg.quant.scheme}"):
         rec = edit_independent(lm, [req], cfg, ctx, progress=False, fwd_model=fwd)[0]
         log_.add(req.case_id, rec.scores, succeeded=bool(rec.outcome.succeeded), loss_evals=rec.outcome.loss_evals,
                  wall_s=rec.outcome.wall_time)
-    return log_.summary("eager-w8a16", [r.case_id for r in reqs])
+    return log_.summary(f"eager-{cfg.quant.scheme}", [r.case_id for r in reqs])
 
 
 def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog, name: str | None = None) -> dict:
@@ -150,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         lm = load_model(model_dir)
         reqs = load_requests(args.requests or bundled_path("counterfact-edit-1k.json"))[args.offset:args.offset + args.n]
-        rows = [] if args.no_eager else [eager_row(lm, reqs, layer, RowLog(out / "eager-w8a16.jsonl"))]
+        cfg = eager_config(model_dir, layer)
+        rows = [] if args.no_eager else [eager_row(lm, reqs, cfg, RowLog(out / f"eager-{cfg.quant.scheme}.jsonl"))]
         for rt in (x for x in args.runtimes.split(",") if x):
             bundle = export_default(model_dir, rt, out / f"bundle-{rt}", reqs)
             rows.append(bundle_row(lm, reqs, bundle, RowLog(out / f"bundle-{rt}.jsonl")))

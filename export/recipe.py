@@ -34,7 +34,8 @@ edit holds; ``fractions: [1.0]`` turns it off.
 phase after its first success (:class:`mobiedit.recipes.Settle`, :func:`mobiedit.driver.settle_value`)
 — up to ``rounds`` times the kept delta is shrunk by ``shrink`` and searched again for at most
 ``steps`` steps under the same rule and stop, and kept only if it passes and is shorter; ``rounds`` 0:
-off. A model profile's ``settle`` section reaches the manifest through :func:`with_settle`.
+off. A model profile's ``settle`` section reaches the manifest through :func:`with_settle`, its
+forward-only search's estimator settings (``methods.mobiedit.zo``) through :func:`with_search`.
 
 ``max_norm`` is not part of it: hosts clamp ``‖z‖`` to ``edit.objective.clamp_norm_factor · √d``.
 Bundles exported before the recipe was written (same ``format_version`` 1) have no ``recipe``;
@@ -53,7 +54,7 @@ from dataclasses import dataclass
 from mobiedit.editing.config import check_ladder
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
-from mobiedit.recipes import Settle, bundle_recipe, check_fraction, check_nll, check_stop_on
+from mobiedit.recipes import BUNDLE_RECIPES, Settle, bundle_recipe, check_fraction, check_nll, check_stop_on
 from mobiedit.zo import ZOConfig
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,35 @@ def with_success(recipe: Recipe, success: dict) -> Recipe:
     ``nll`` and/or ``fraction``) in place of the shipped one; the manifest then carries it."""
     return dataclasses.replace(recipe, success_nll=success.get("nll", recipe.success_nll),
                                success_fraction=success.get("fraction", recipe.success_fraction))
+
+
+def with_search(recipe: Recipe, zo: dict) -> Recipe:
+    """``recipe`` with a model profile's estimator settings (:func:`mobiedit.profile.search_settings`:
+    :class:`~mobiedit.zo.ZOConfig` fields, e.g. ``{"lr": 2, "h": 0.2}``) merged over its search; the
+    manifest then carries them. The bundle's static edit batch fixes ``n_dirs`` (FZOO: K − 1): a
+    profile asking for another count is refused with the export flag that gives it."""
+    if not zo:
+        return recipe
+    from mobiedit.config_io import merge
+
+    for key in ("estimator", "directions", "normalise"):  # what --recipe chooses among the hosts' searches
+        if key in zo and zo[key] != getattr(recipe.zo, key):
+            raise ConfigError(f"the profile's search sets {key} {str(zo[key])[:40]!r}, the bundle's recipe has "
+                              f"{getattr(recipe.zo, key)!r}", where=f"mobiedit.json, field 'methods.mobiedit.zo.{key}'",
+                              fix="choose the bundle's search with `mobiedit export --recipe NAME` "
+                                  f"({', '.join(BUNDLE_RECIPES)}); the profile may set its lr, h, steps and budget")
+    if "n_dirs" in zo and zo["n_dirs"] != recipe.zo.n_dirs:
+        raise ConfigError(f"the profile's search uses {zo['n_dirs']} directions, this bundle's edit programs "
+                          f"{recipe.zo.n_dirs}", where="mobiedit.json, field 'methods.mobiedit.zo.n_dirs'",
+                          fix=f"export with --edit-k {zo['n_dirs'] + 1} (FZOO: one row per direction plus the base)")
+    try:
+        searched = merge(recipe.zo, {k: v for k, v in zo.items() if k != "check_at"},
+                         "mobiedit.json, field 'methods.mobiedit.zo'")
+    except ConfigError as e:  # ZOConfig's own check names ZOConfig.<field>: name the profile's
+        name = (e.where or "").rpartition(".")[2]
+        raise ConfigError(e.message, where="mobiedit.json, field 'methods.mobiedit.zo"
+                          + (f".{name}'" if name in ZO_FIELDS + ZO_OPTIONAL else "'"), fix=e.fix) from None
+    return dataclasses.replace(recipe, zo=searched)
 
 
 def with_settle(recipe: Recipe, settle: dict) -> Recipe:

@@ -30,6 +30,10 @@ _W8A16 = {"scheme": "w8a16"}
 # stop is loss < 1e-5), "paper-check" the same estimator stopped by our success check.
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "rome": ("rome", {}),
+    # the forward-only search as `mobiedit edit` runs it on this model: the shipped defaults
+    # (recipes.FZOO on W8A16, stopped where the written edit holds — fzoo-stopw's settings) under the
+    # model profile's, including what only this search has (methods.mobiedit.zo / quant)
+    "mobiedit": ("mobiedit", {}),
     # the same search and objective, backprop through the prefix-reusing graph only (issue 17)
     "rome-lean": ("rome", {"prefix_reuse": True}),
     # both searches on bf16 matmuls (forward.quant "bf16": AMX/AVX512-BF16 kernels, fp32 elsewhere)

@@ -52,6 +52,18 @@ def _edit_child(method: str, model_dir: str, req: dict, layer: int, seed: int, o
     Path(out + ".json").write_text(json.dumps(stats))
 
 
+def _title(method: str, model_dir: Path, layer: int, seed: int) -> str:
+    """The demo's heading of ``method``'s edit: for the forward-only search, the estimator and the loop
+    forward it ran (the defaults under the model profile's, e.g. SmolLM2's bf16 matmuls)."""
+    from .resolve import method_config
+
+    if method != "mobiedit":
+        return "ROME (backprop, fp32)"
+    cfg = method_config(method, layer, None, seed, model_dir)
+    return (f"MobiEdit (forward-only {cfg.zo.estimator}, {cfg.zo.optimizer} lr {cfg.zo.lr:g}, h {cfg.zo.h:g}, "
+            f"{cfg.quant.scheme} forward, prefix reuse, early stop)")
+
+
 def edit_in_child(method: str, model_dir: Path, req, layer: int, seed: int, workdir: Path) -> tuple[dict, dict]:
     """Run one edit in a spawned process; return (stats, {"u", "w"})."""
     from safetensors.torch import load_file
@@ -128,7 +140,7 @@ def cmd_demo(args) -> int:
         with torch.no_grad():
             weight.copy_(apply_factors(base, f["u"], f["w"], lm.family.weight_out_in))
         after = completions(lm, prompts, args.tokens)
-        title = "MobiEdit (forward-only, W8A16, prefix reuse, early stop)" if method == "mobiedit" else "ROME (backprop, fp32)"
+        title = _title(method, model_dir, layer, args.seed)
         verdict = "holds" if stats["succeeded"] else "does NOT hold"
         print(f"\n== {title}: the edited model's check {verdict} (search: {stats['status']}), {stats['loss_evals']} "
               f"loss evaluations, {stats['backward_calls']} backward passes, {stats['wall_time']:.2f} s, "

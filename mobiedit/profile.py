@@ -53,7 +53,12 @@ class ModelProfile:
         methods: one method's own settings over the shared ``objective`` / ``context``, keyed by
             method (:data:`PROFILE_METHODS`), e.g. ``{"rome": {"objective": {"weight_decay": 2}}}``
             when each search was tuned to its own value (``mobiedit tune --scope method``): a fair
-            comparison runs every method at the settings tuned for it.
+            comparison runs every method at the settings tuned for it. The forward-only search may
+            also set what only it has (:data:`METHOD_SECTIONS`): its estimator (``zo``,
+            :class:`~mobiedit.zo.ZOConfig` fields, e.g. ``{"lr": 2, "h": 0.2}``; a bundle's recipe
+            takes them too) and the forward its loop runs on (``quant``,
+            :class:`~mobiedit.forward.quant.QuantConfig` fields, e.g. ``{"scheme": "bf16"}``; eager
+            only — a bundle's programs are quantized by the export).
         requests: the request file of facts this model knows — the default of ``bench``,
             ``sequential``, ``tune`` and ``trace`` when no ``--requests`` is given (an edit of a
             fact the model never knew has no true answer to displace, and its neighbours and
@@ -135,23 +140,28 @@ def check_settle(settle: dict, where: str) -> None:
 #: the methods a profile may hold settings of its own for (``methods``): the names of
 #: :data:`mobiedit.methods.METHODS` (a test keeps the two equal; this layer does not import methods)
 PROFILE_METHODS = ("rome", "mobiedit")
+#: the sections only one method's config has, which only ``methods.<method>`` may set: the
+#: forward-only search's estimator (``zo``) and its loop's forward (``quant``)
+METHOD_SECTIONS = {"rome": (), "mobiedit": ("zo", "quant")}
 
 
 def check_methods(methods: dict, where: str) -> None:
     """Refuse a ``methods`` section whose keys are not :data:`PROFILE_METHODS` or whose entries are
-    not objects of :data:`PROFILE_SECTIONS` objects (``where``: its name). The settings themselves
-    are checked where they are merged, as the shared sections' are."""
+    not objects of :data:`PROFILE_SECTIONS` (and the method's :data:`METHOD_SECTIONS`) objects
+    (``where``: its name). The settings themselves are checked where they are merged, as the shared
+    sections' are."""
     for method, sections in methods.items():
         if method not in PROFILE_METHODS:
             raise ConfigError(f"unknown method {method!r}", where=where, fix=f"use only {list(PROFILE_METHODS)}")
         if not isinstance(sections, dict):
             raise ConfigError("must be an object", where=f"{where}.{method}",
                               fix='write e.g. {"objective": {"weight_decay": 2}}')
+        allowed = PROFILE_SECTIONS + METHOD_SECTIONS[method]
         for name, value in sections.items():
-            if name not in PROFILE_SECTIONS:
+            if name not in allowed:
                 raise ConfigError(f"unknown section {name!r}", where=f"{where}.{method}",
-                                  fix=f"use only {list(PROFILE_SECTIONS)} (success and settle are the "
-                                      "forward-only search's already)")
+                                  fix=f"use only {list(allowed)} (success and settle are the forward-only "
+                                      "search's already; zo and quant belong to methods.mobiedit)")
             if not isinstance(value, dict):
                 raise ConfigError("must be an object", where=f"{where}.{method}.{name}", fix="write a JSON object")
 
@@ -241,8 +251,8 @@ TUNABLE_SECTIONS = PROFILE_SECTIONS + ("success", "settle")
 def profile_settings(model_dir: str | os.PathLike | None, method: str | None = None) -> dict:
     """The config settings the profile of ``model_dir`` carries for ``method`` (a name of
     :data:`PROFILE_METHODS`; None: the shared settings only) — ``{"objective": {...}, "context":
-    {...}}``, the method's own (``methods.<method>``) over the shared ones key by key, empty
-    sections left out, ``{}`` without a profile. Every path that builds a method config for this
+    {...}}``, the method's own (``methods.<method>``) over the shared ones key by key, plus its own
+    :data:`METHOD_SECTIONS` (``zo``, ``quant``), empty sections left out, ``{}`` without a profile. Every path that builds a method config for this
     model (``edit``, ``bench``, ``sequential``, ``tune``, ``export``, the demo) merges them over the
     defaults, under the user's own config (``mobiedit tune`` chooses them)."""
     prof = read_profile(model_dir) if model_dir is not None else None
@@ -250,6 +260,7 @@ def profile_settings(model_dir: str | os.PathLike | None, method: str | None = N
         return {}
     own = prof.methods.get(method, {}) if method is not None else {}
     out = {name: _deep_update(getattr(prof, name), own.get(name, {})) for name in PROFILE_SECTIONS}
+    out.update({name: dict(own[name]) for name in METHOD_SECTIONS.get(method, ()) if name in own})
     return {name: value for name, value in out.items() if value}
 
 
@@ -265,14 +276,19 @@ def with_profile(cfg, model_dir: str | os.PathLike | None, section: str | None =
     """``cfg`` (a dataclass config of ``method``'s search, a name of :data:`PROFILE_METHODS`) with
     :func:`profile_settings` of ``model_dir`` for that method merged over it (under
     ``cfg.<section>`` when given, e.g. an export config's ``edit``), and the profile's
-    ``success`` rule on the fields of :data:`SUCCESS_FIELDS` the target has; an error names
-    ``DIR/mobiedit.json``. Unchanged without a profile or settings."""
+    ``success`` rule on the fields of :data:`SUCCESS_FIELDS` the target has (and the method's
+    :data:`METHOD_SECTIONS` where the target has them); an error names ``DIR/mobiedit.json``.
+    Unchanged without a profile or settings."""
     from .config_io import merge
 
     if method not in PROFILE_METHODS:
         raise ValueError(f"method {method!r} is not one of {PROFILE_METHODS}")  # a caller's bug, not input
     prof = profile_settings(model_dir, method)
     target = getattr(cfg, section) if section else cfg
+    for name in METHOD_SECTIONS[method]:
+        if name in prof and not hasattr(target, name):  # an export's edit section: the bundle's recipe
+            del prof[name]                                # takes zo (export.recipe.with_search)
+            log.debug("profile methods.%s.%s does not apply to %s", method, name, type(target).__name__)
     for key, value in success_settings(model_dir).items():
         if hasattr(target, SUCCESS_FIELDS[key]):
             prof[SUCCESS_FIELDS[key]] = value
@@ -294,6 +310,13 @@ def success_settings(model_dir: str | os.PathLike | None) -> dict:
     and ``mobiedit export`` into the bundle's recipe, so the phone judges edits as the desktop does."""
     prof = read_profile(model_dir) if model_dir is not None else None
     return dict(prof.success) if prof is not None else {}
+
+
+def search_settings(model_dir: str | os.PathLike | None) -> dict:
+    """The forward-only search's estimator settings the profile of ``model_dir`` sets
+    (``methods.mobiedit.zo``, :class:`~mobiedit.zo.ZOConfig` fields; ``{}`` without them): what
+    ``mobiedit export`` merges into the bundle's recipe, so the phone searches as the desktop does."""
+    return profile_settings(model_dir, "mobiedit").get("zo", {}) if model_dir is not None else {}
 
 
 def settle_settings(model_dir: str | os.PathLike | None) -> dict:

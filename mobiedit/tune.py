@@ -7,7 +7,8 @@ Contract:
   * the candidates are the profile's current settings first, then every combination of ``--layers``
     and ``--grid KEY=V1,V2`` (``KEY`` under ``objective.``, ``context.``, ``success.`` or ``settle.``:
     what a profile carries; ``success.nll`` and ``settle.*`` are the forward-only search's margin and
-    settle phase, so they need a MobiEdit row);
+    settle phase, so they need a MobiEdit row; ``zo.*`` and ``quant.*``, its estimator and forward,
+    need ``--method mobiedit --scope method``);
   * each candidate is a :func:`mobiedit.bench.run_row` of one method row on the same ``n``
     requests (a child process each; its log in ``--out`` resumes an interrupted run);
   * the rank is :func:`tune_score`, the harmonic mean of efficacy, generalization and locality
@@ -37,15 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .profile import TUNABLE_SECTIONS
+from .profile import METHOD_SECTIONS, TUNABLE_SECTIONS
 from .resolve import add_model_args
 
 log = logging.getLogger(__name__)
 
 #: the default grid: ROME's clamp and decay, each around its default
 DEFAULT_GRID = ("objective.clamp_norm_factor=2,4,8", "objective.weight_decay=0.1,0.5")
-#: the settings a profile stores (:data:`mobiedit.profile.TUNABLE_SECTIONS`), as grid-key prefixes
-_SECTIONS = tuple(f"{name}." for name in TUNABLE_SECTIONS)
+#: the settings a profile stores (:data:`mobiedit.profile.TUNABLE_SECTIONS`, and the forward-only
+#: search's own ``zo`` / ``quant``: :data:`mobiedit.profile.METHOD_SECTIONS`), as grid-key prefixes
+_OWN = METHOD_SECTIONS["mobiedit"]
+_SECTIONS = tuple(f"{name}." for name in TUNABLE_SECTIONS + _OWN)
 
 
 def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
@@ -54,8 +57,8 @@ def parse_grid(items: list[str] | None) -> list[tuple[str, list[Any]]]:
     out = []
     for item in items or []:
         key, eq, raw = item.partition("=")
-        fix = ("write KEY=V1,V2 (or KEY=[V1, V2] in JSON) with KEY under objective., context., success. or settle. "
-               "(what a profile stores), e.g. objective.clamp_norm_factor=2,4,8 or success.nll=0.1,0.2,0.5")
+        fix = ("write KEY=V1,V2 (or KEY=[V1, V2] in JSON) with KEY under objective., context., success., settle., "
+               "zo. or quant. (what a profile stores), e.g. objective.clamp_norm_factor=2,4,8 or zo.h=0.05,0.2")
         if not eq or not raw or not key.startswith(_SECTIONS) or any(not p for p in key.split(".")):
             raise ConfigError(f"bad grid item {item!r}", where="--grid", fix=fix)
         if raw.lstrip().startswith("["):
@@ -239,7 +242,8 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict, own
     provenance in ``notes.tune``. With ``own`` (a method name, ``--scope method``) the objective and
     context settings go into that method's own section (``methods.<own>``) and the provenance into
     ``notes["tune:<own>"]``, so the shared settings and the other method's tuning stay as they were;
-    without it a tuned objective or context setting is shared, and no method keeps its own value of it."""
+    without it a tuned objective or context setting is shared, and no method keeps its own value of it.
+    The forward-only search's ``zo`` / ``quant`` settings are always its own (``methods.mobiedit``)."""
     from .profile import PROFILE_SECTIONS, ModelProfile, read_profile
 
     old = read_profile(model_dir) or ModelProfile(edit_layer=row["layer"])
@@ -250,7 +254,7 @@ def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict, own
         if section in PROFILE_SECTIONS and not own:  # shared now: no method keeps its own value of it
             for secs in methods.values():
                 _drop(secs, [section, *path])
-        node = methods.setdefault(own, {}).setdefault(section, {}) if own and section in PROFILE_SECTIONS \
+        node = methods.setdefault(own, {}).setdefault(section, {}) if own and section in PROFILE_SECTIONS + _OWN \
             else sections[section]
         for p in path[:-1]:
             node = node.setdefault(p, {})
@@ -287,10 +291,14 @@ def cmd_tune(args) -> int:
     if args.n < 1:
         raise ConfigError(f"--n must be >= 1, got {args.n}", where="--n", fix="e.g. --n 16")
     grid = parse_grid(args.grid if args.grid is not None else list(DEFAULT_GRID))
-    if ROWS[args.method][0] == "rome" and any(k == "success.nll" or k.startswith("settle.") for k, _ in grid):
-        raise ConfigError("success.nll and settle.* are the forward-only search's stop margin and settle phase; "
-                          "ROME's search stops on its loss", where="--grid",
-                          fix="tune them with a MobiEdit row, e.g. --method fzoo-stopw")
+    if ROWS[args.method][0] == "rome" and any(k == "success.nll" or k.startswith(("settle.", "zo.")) for k, _ in grid):
+        raise ConfigError("success.nll, settle.* and zo.* are the forward-only search's stop margin, settle phase and "
+                          "estimator; ROME's search stops on its loss", where="--grid",
+                          fix="tune them with a MobiEdit row, e.g. --method mobiedit")
+    own_keys = [k for k, _ in grid if k.split(".")[0] in _OWN]
+    if own_keys and (args.scope != "method" or ROWS[args.method][0] != "mobiedit"):
+        raise ConfigError(f"{own_keys[0]} is the forward-only search's own setting (methods.mobiedit in the profile)",
+                          where="--grid", fix="tune it with --method mobiedit --scope method")
     max_ppl = args.max_ppl_change
     if max_ppl is not None and not (math.isfinite(max_ppl) and max_ppl >= 0):
         raise ConfigError(f"--max-ppl-change must be a percentage >= 0, got {max_ppl}", where="--max-ppl-change",

@@ -21,7 +21,7 @@ def test_grid_items_and_candidates():
     assert grid == [("objective.clamp_norm_factor", [2, 4]), ("objective.kl_prompt", ["{} is"])]
     assert parse_grid(["context.lengths=[[[5, 5]], [[5, 10], [10, 10]]]"]) == \
         [("context.lengths", [[[5, 5]], [[5, 10], [10, 10]]])]
-    for bad in ("zo.lr=1", "objective.clamp_norm_factor", "objective..x=1", "objective.x=", "context.lengths=[[5",
+    for bad in ("update.rule=rows", "objective.clamp_norm_factor", "objective..x=1", "objective.x=", "context.lengths=[[5",
                 "context.lengths=[]"):
         with pytest.raises(ConfigError, match="grid item") as e:
             parse_grid([bad])
