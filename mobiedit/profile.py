@@ -252,9 +252,10 @@ def profile_settings(model_dir: str | os.PathLike | None, method: str | None = N
     """The config settings the profile of ``model_dir`` carries for ``method`` (a name of
     :data:`PROFILE_METHODS`; None: the shared settings only) — ``{"objective": {...}, "context":
     {...}}``, the method's own (``methods.<method>``) over the shared ones key by key, plus its own
-    :data:`METHOD_SECTIONS` (``zo``, ``quant``), empty sections left out, ``{}`` without a profile. Every path that builds a method config for this
-    model (``edit``, ``bench``, ``sequential``, ``tune``, ``export``, the demo) merges them over the
-    defaults, under the user's own config (``mobiedit tune`` chooses them)."""
+    :data:`METHOD_SECTIONS` (``zo``, ``quant``), empty sections left out, ``{}`` without a profile.
+    Every path that builds a method config for this model (``edit``, ``bench``, ``sequential``,
+    ``tune``, ``export``, the demo) merges them over the defaults, under the user's own config
+    (``mobiedit tune`` chooses them)."""
     prof = read_profile(model_dir) if model_dir is not None else None
     if prof is None:
         return {}
