@@ -95,3 +95,16 @@ def test_tune_writes_the_search_settings_into_the_methods_own_section(model_copy
     for extra in (["--method", "mobiedit"], ["--method", "rome-lean", "--scope", "method"]):  # shared / ROME: refused
         assert main([*base, *extra, "--out", str(tmp_path / "bad")]) == 2
         assert "--grid" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_the_smollm2_registry_profile_ships_its_tuned_search_apart_from_the_bench():
+    from importlib import resources
+
+    from mobiedit.checkpoints import CHECKPOINTS
+    from mobiedit.requests import load_requests
+
+    prof = ModelProfile(**CHECKPOINTS["smollm2-135m"].profile)
+    assert prof.methods == {"mobiedit": {"zo": {"lr": 2.0, "h": 0.2}, "quant": {"scheme": "bf16"}}}
+    tuned = set(prof.notes["tune:mobiedit"]["case_ids"])
+    known = [r.case_id for r in load_requests(resources.files("mobiedit") / "data" / "known" / "smollm2-135m.json")]
+    assert tuned == set(known[200:220]) and not tuned & set(known[:100])  # the 100-request bench is held out
