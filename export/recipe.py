@@ -152,10 +152,16 @@ def with_search(recipe: Recipe, zo: dict) -> Recipe:
         searched = merge(recipe.zo, {k: v for k, v in zo.items() if k != "check_at"},
                          "mobiedit.json, field 'methods.mobiedit.zo'")
     except ConfigError as e:  # ZOConfig's own check names ZOConfig.<field>: name the profile's
-        name = (e.where or "").rpartition(".")[2]
+        name = _zo_field(e)
         raise ConfigError(e.message, where="mobiedit.json, field 'methods.mobiedit.zo"
-                          + (f".{name}'" if name in ZO_FIELDS + ZO_OPTIONAL else "'"), fix=e.fix) from None
+                          + (f".{name}'" if name else "'"), fix=e.fix) from None
     return dataclasses.replace(recipe, zo=searched)
+
+
+def _zo_field(e: ConfigError) -> str | None:
+    """The :class:`ZOConfig` field a config error names (``ZOConfig.<field>``), or None."""
+    name = (e.where or "").rpartition(".")[2]
+    return name if name in ZO_FIELDS + ZO_OPTIONAL else None
 
 
 def with_settle(recipe: Recipe, settle: dict) -> Recipe:
@@ -222,9 +228,8 @@ def check_recipe(raw, where: str) -> Recipe:
     try:
         zo = ZOConfig(**zo_raw)
     except ConfigError as e:  # names the ZOConfig field: ZOConfig.<name>
-        name = (e.where or "").rpartition(".")[2] or "recipe.zo"
-        raise _fail(where, f"recipe.zo.{name}" if name in ZO_FIELDS + ZO_OPTIONAL else "recipe.zo", e.message,
-                    fix=e.fix or FIX) from None
+        name = _zo_field(e)
+        raise _fail(where, f"recipe.zo.{name}" if name else "recipe.zo", e.message, fix=e.fix or FIX) from None
     if zo.seed > MAX_SEED:
         raise _fail(where, "recipe.zo.seed", f"{zo.seed} does not fit a signed 64-bit integer",
                     fix=f"use a seed in [0, {MAX_SEED}]")

@@ -317,7 +317,7 @@ def search_settings(model_dir: str | os.PathLike | None) -> dict:
     """The forward-only search's estimator settings the profile of ``model_dir`` sets
     (``methods.mobiedit.zo``, :class:`~mobiedit.zo.ZOConfig` fields; ``{}`` without them): what
     ``mobiedit export`` merges into the bundle's recipe, so the phone searches as the desktop does."""
-    return profile_settings(model_dir, "mobiedit").get("zo", {}) if model_dir is not None else {}
+    return profile_settings(model_dir, "mobiedit").get("zo", {})
 
 
 def settle_settings(model_dir: str | os.PathLike | None) -> dict:
