@@ -30,6 +30,7 @@ from mobiedit.families import FAMILIES
 from mobiedit.journal import Journal, JournalEntry
 from mobiedit.journal_lock import DEFAULT_TIMEOUT, journal_lock
 from mobiedit.ladder import climb, needs_ladder, sequential_ladder, warm_start
+from mobiedit.prompts import request_refusal
 from mobiedit.requests import EditRequest
 from mobiedit.editing.config import ObjectiveConfig
 from mobiedit.editing.context import build_edit_inputs
@@ -332,7 +333,9 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     (:func:`_repair`); its results follow the request's in the returned list, ``repair_of`` set.
     ``stop_on`` (default: the recipe's ``success.stop_on``): ``"written"`` stops each search only
     where its written edit holds (:func:`search_bundle_edit`), ``"loop"`` on the loop's rule.
-    Raises BundleError when a request does not fit the programs' shapes, NumericalError on NaN/Inf.
+    Raises BundleError when a request does not fit the programs' shapes, NumericalError on NaN/Inf,
+    RequestError (before any search) for a subject at its prompt's first token
+    (:func:`mobiedit.prompts.subject_context_error`).
 
     Each request holds the journal's write lock (:func:`mobiedit.journal_lock.journal_lock`) from
     re-reading the journal to its last write, so concurrent writers (another ``edit --bundle``, an
@@ -348,6 +351,10 @@ def edit_bundle(bundle: Bundle | str | Path, requests: list[EditRequest], zo: ZO
     keystats = b.keystats()
     recipe = recipe_of(b.manifest)
     zo, success_fraction, success_nll = _resolve(recipe, zo, success_fraction, success_nll)
+    tok = b.tokenizer()
+    for err in (request_refusal(tok, r) for r in requests):  # before any search, as an eager edit
+        if err is not None:
+            raise err
     results = []
     for r in requests:
         with journal_lock(b.path / JOURNAL, lock_timeout):

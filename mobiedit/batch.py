@@ -26,6 +26,7 @@ from .methods.common import EditOutcome, ModelContext
 from .methods.verify import says_now
 from .models import LoadedModel
 from .requests import EditRequest
+from .methods.common import REFUSED
 from .session import EditRecord, EditSession, MethodConfig, check_fits
 
 log = logging.getLogger(__name__)
@@ -54,12 +55,12 @@ def solve_batch(lm: LoadedModel, layer: int, reqs: list[EditRequest], outs: list
 
 def edit_batch(session: EditSession, reqs: list[EditRequest], index: int, force: bool) -> list[EditRecord]:
     """Search ``reqs`` on the model as it stands, solve the ones that passed alone (all with
-    ``force``) as one batch, write them, and judge each on the model with the batch written."""
+    ``force``, but a refused one) as one batch, write them, and judge each on the model with the batch written."""
     if session.cfg.update.spread > 1:
         raise ConfigError("a batch solve writes one layer; update.spread writes several", where="update.spread",
                           fix="use spread: 1 with --batch, or edit one request after another (no --batch)")
     found = [session.edit(r) for r in reqs]
-    take = [i for i, o in enumerate(found) if o.succeeded or force]
+    take = [i for i, o in enumerate(found) if o.succeeded or (force and o.status != REFUSED)]
     records = {i: EditRecord(reqs[i], found[i], False) for i in range(len(reqs)) if i not in take}
     for i in records:
         log.warning("edit %s did not reach its success criterion alone; left out of batch %d (use --force)",

@@ -162,7 +162,7 @@ def _child(spec: RowSpec, model_dir: str, req_file: str, layer: int, seed: int, 
     todo = [r for r in reqs if r.case_id not in rlog.done]
     if todo:
         lm = load_model(model_dir)
-        check_fits(lm, reqs)  # before prepare's forward passes (key statistics)
+        check_fits(lm, reqs, subjects=False)  # before prepare's forward passes; a refused edit is a record
         ctx = prepare(lm, cfg, seed)
         fwd = forward_model_for(lm, cfg)
         probe = None

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from .atomic import atomic_write_text
 from .errors import ConfigError
-from .prompts import make_batch
+from .prompts import make_batch, subject_context_error
 from .requests import EditRequest, load_requests
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,8 @@ class SourceCount:
     scored: int = 0
     first_token: int = 0
     whole: int = 0
+    #: known records left out because an edit of them is refused (:func:`mobiedit.prompts.subject_context_error`)
+    refused: int = 0
 
 
 @dataclass
@@ -129,7 +131,9 @@ class KnownScan:
                           sum(c.first_token for c in self.counts), sum(c.whole for c in self.counts))
         lines.append(f"{tot.file:<32}{tot.read:>7}{tot.scored:>8}{tot.first_token:>13}{tot.whole:>8}")
         rate = self.scored / self.seconds if self.seconds > 0 else float("nan")
-        lines.append(f"kept {len(self.records)} by rule '{self.rule}'; {rate:.1f} records/s")
+        refused = sum(c.refused for c in self.counts)
+        left = f" ({refused} more left out: an edit refuses their prompt)" if refused else ""
+        lines.append(f"kept {len(self.records)} by rule '{self.rule}'{left}; {rate:.1f} records/s")
         return "\n".join(lines)
 
 
@@ -146,7 +150,9 @@ def flat_record(req: EditRequest, stem: str, flags: KnownFlags, rule: str) -> di
 def scan_known(model, tok, files: Sequence[str | os.PathLike], rule: str = "whole", limit: int = 0,
                batch_size: int = 32, progress: bool = False) -> KnownScan:
     """Read each request file (its first ``limit`` records when > 0; invalid records are skipped
-    and logged) and keep the records the model knows under ``rule``."""
+    and logged) and keep the records the model knows under ``rule`` that an edit accepts (a
+    subject at the prompt's position 0 is refused: :func:`mobiedit.prompts.subject_context_error`;
+    counted in ``refused``)."""
     if rule not in RULES:
         raise ConfigError(f"unknown rule {rule!r}", where="--rule", fix=f"use one of {RULES}")
     if limit < 0:
@@ -173,7 +179,14 @@ def scan_known(model, tok, files: Sequence[str | os.PathLike], rule: str = "whol
                             batch_size=batch_size, progress=progress)
         count.first_token = sum(f_.first_token for f_ in flags)
         count.whole = sum(f_.whole for f_ in flags)
-        scan.records += [flat_record(r, stem, f_, rule) for r, f_ in zip(scorable, flags) if f_.passes(rule)]
+        kept = [(r, f_) for r, f_ in zip(scorable, flags) if f_.passes(rule)]
+        editable = [(r, f_) for r, f_ in kept
+                    if subject_context_error(tok, r.rewrite_prompt, r.subject, "prompt") is None]
+        count.refused = len(kept) - len(editable)
+        if count.refused:
+            log.warning("%s: %d known records left out: their subject is the prompt's first token and the "
+                        "tokenizer adds no BOS (an edit refuses them)", stem, count.refused)
+        scan.records += [flat_record(r, stem, f_, rule) for r, f_ in editable]
         scan.counts.append(count)
         log.info("%s: %d read, %d known (first token), %d known (whole answer)", stem, count.read,
                  count.first_token, count.whole)

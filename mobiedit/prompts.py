@@ -39,6 +39,29 @@ def subject_last_index(tok, text: str, subject: str) -> int:
     return len(prompt_ids(tok, text[: i + len(subject)].rstrip())) - 1
 
 
+def subject_context_error(tok, prompt: str, subject: str, where: str) -> RequestError | None:
+    """The refusal of an edit whose subject ends at the first token of ``prompt`` (None: it does not).
+
+    An edit is keyed at the edited layer's input at the subject's last token. A tokenizer that adds
+    no BOS (SmolLM2's) puts a subject that opens the prompt at position 0, and the state there has no
+    context: position 0 is the model's attention sink, alike for every first token. An update keyed
+    there cannot make the prompt say the new answer, and the one that tries is an order of magnitude
+    larger than an edit in context and reaches every text (docs/results.md, "A subject at position
+    0"). With a BOS no subject is ever there. The app's ``EditBatchBuilder`` transcribes this rule."""
+    if subject_last_index(tok, prompt, subject) != 0:
+        return None
+    return RequestError(f"the subject {subject!r} is the first token of the prompt {prompt!r} and the tokenizer "
+                        "adds no BOS: an edit keyed at position 0 (the model's attention sink) does not hold "
+                        "and disturbs every text", where=where,
+                        fix="reword the prompt so that words come before the subject (e.g. \"The capital city of "
+                            "X is\" rather than \"X's capital city is\")")
+
+
+def request_refusal(tok, req) -> RequestError | None:
+    """:func:`subject_context_error` of an edit request ``req`` (its rewrite prompt and subject)."""
+    return subject_context_error(tok, req.rewrite_prompt, req.subject, f"request {req.case_id!r}, field 'prompt'")
+
+
 @dataclass
 class TargetBatch:
     """Right-padded prompts + targets, teacher-forced.

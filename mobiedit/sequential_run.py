@@ -124,7 +124,7 @@ def open_baseline(s: SeqSettings) -> Baseline:
     lm = load_model(s.model_dir)
     first = s.offset + s.n_edits
     edits, probes = all_reqs[s.offset:first], all_reqs[first:first + s.probe]
-    check_fits(lm, edits + probes)
+    check_fits(lm, edits + probes, subjects=False)  # an edit refused alone is recorded, unapplied
     tok = lm.tokenizer
     ability = None
     if s.ppl_tokens:
@@ -191,10 +191,11 @@ def edit_step(session, req, i: int, force: bool, st: RowState) -> None:
     """Edit ``req`` (the ``i``-th, 1-based) on the model as it stands; record it with its
     interference against the applied edits before it; apply and journal it when it succeeded (or
     ``force``)."""
+    from .methods.common import REFUSED
     from .session import written_parts
 
     out, parts = written_parts(session, req, session.edit(req), force)
-    applied = bool(out.succeeded or force)
+    applied = bool(out.succeeded or (force and out.status != REFUSED))
     st.records.append(edit_record(i, req, out, applied, st.tracker.measure(out.u, out.w, out.key)))
     if not applied:
         log.info("edit %s missed its success criterion (%s); not applied", req.case_id, out.status)
@@ -257,7 +258,7 @@ def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: b
     try:
         journal = Journal.open(Path(work or tmp.name) / "journal")
         ctx = prepare(lm, cfg, s.seed, progress=progress)
-        check_fits(lm, base.edits, ctx)  # with the context templates' length
+        check_fits(lm, base.edits, ctx, subjects=False)  # with the context templates' length
         session = EditSession.open(lm, cfg, ctx, journal)
         weight = session.weight(cfg.layer)
         start = 0

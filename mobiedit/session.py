@@ -25,12 +25,13 @@ from .journal import Journal
 from .ladder import climb, needs_ladder, sequential_ladder, warm_start
 from .stats_corpus import stats_corpus_for
 from .methods import METHODS, method_name
-from .methods.common import EditOutcome, ModelContext, StepFn, prepare_context
+from .methods.common import REFUSED, EditOutcome, ModelContext, StepFn, prepare_context, refused_outcome
 from .methods.verify import check_written
 from .methods.mobiedit import MobiEditConfig, forward_model
 from .methods.mobiedit import lower_layers_paged as paged_lower
 from .methods.rome import key_model, search_model
 from .models import LoadedModel
+from .prompts import request_refusal
 from .editing.update import null_space_projector, write_factors
 from .errors import ConfigError
 from .requests import EditRequest
@@ -205,13 +206,20 @@ def apply_outcome(lm: LoadedModel, out: EditOutcome) -> None:
     write_factors(get_module(lm.model, lm.family.mlp_out, out.layer).weight, out.u, out.w, lm.family.weight_out_in)
 
 
-def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | None = None) -> None:
+def check_fits(lm: LoadedModel, reqs: list[EditRequest], ctx: ModelContext | None = None, subjects: bool = True
+               ) -> None:
     """Refuse (RequestError), before any forward pass, a request longer than the model's positions
-    (with the longest context template of ``ctx``); see :func:`mobiedit.prompts.check_request_lengths`."""
+    (with the longest context template of ``ctx``; :func:`mobiedit.prompts.check_request_lengths`)
+    and, with ``subjects``, one whose subject is its prompt's first token
+    (:func:`mobiedit.prompts.subject_context_error`). A harness that records each edit passes
+    ``subjects=False``: :meth:`EditSession.edit` refuses such a request alone."""
     from .prompts import check_request_lengths, position_limit, template_reserve
 
     reserve = template_reserve(lm.tokenizer, ctx.templates) if ctx is not None else 0
     check_request_lengths(lm.tokenizer, reqs, position_limit(lm.model.config), reserve)
+    for err in (request_refusal(lm.tokenizer, r) for r in (reqs if subjects else ())):
+        if err is not None:
+            raise err
 
 
 #: what of an outcome's ``config`` a journal entry records (the clamp ladder's rung, :func:`run_method`;
@@ -267,7 +275,13 @@ class EditSession:
 
     def edit(self, req: EditRequest, on_step: StepFn | None = None) -> EditOutcome:
         """Search and verify one edit on the model as it stands; nothing is written. With
-        ``update.spread`` > 1 each try is judged as the spread write (its ``parts``)."""
+        ``update.spread`` > 1 each try is judged as the spread write (its ``parts``). A request
+        :func:`~mobiedit.prompts.request_refusal` refuses gets a :data:`~mobiedit.methods.common.REFUSED`
+        outcome, unsearched."""
+        err = request_refusal(self.lm.tokenizer, req)
+        if err is not None:
+            log.warning("edit %s refused: %s", req.case_id, err)
+            return refused_outcome(self.lm, method_name(self.cfg), self.cfg.layer, str(err))
         judge = (lambda out: spread_written(self, req, out)) if self.cfg.update.spread > 1 else None
         return run_method(self.lm, req, self.cfg, self.ctx, self.fwd_model, on_step, judge)
 
@@ -333,7 +347,7 @@ def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig,
         with step_progress(req, progress) as on_step:
             res = session.edit(req, on_step)
         res, parts = written_parts(session, req, res, force)
-        apply = res.succeeded or force
+        apply = res.succeeded or (force and res.status != REFUSED)
         if apply:
             for part in parts:
                 session.apply(req, part)
@@ -349,8 +363,10 @@ def edit_independent(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig
                      progress: bool = True, fwd_model: torch.nn.Module | None = None,
                      ability: AbilityProbe | None = None) -> list[EditRecord]:
     """Edit each request on the unedited model, score it, restore the weight bit-exactly.
-    ``ability`` (built on the unedited model at the edit layer) adds fluency and perplexity."""
-    check_fits(lm, reqs, ctx)
+    ``ability`` (built on the unedited model at the edit layer) adds fluency and perplexity. A
+    refused request (:func:`~mobiedit.prompts.request_refusal`) is recorded unapplied and scored on
+    the unedited model."""
+    check_fits(lm, reqs, ctx, subjects=False)
     if cfg.update.spread > 1:
         raise ConfigError("update.spread writes an edit over several layers; independent (bench) edits restore "
                           "one layer", where="update.spread", fix="use it in a sequential session (mobiedit edit / "
@@ -361,6 +377,9 @@ def edit_independent(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig
         pre = pre_edit_snapshot(lm.model, lm.tokenizer, req, ability)
         with step_progress(req, progress) as on_step:
             res = session.edit(req, on_step)
+        if res.status == REFUSED:  # nothing is written: scored on the unedited model
+            out.append(EditRecord(req, res, False, score_request(lm.model, lm.tokenizer, req, pre, ability)))
+            continue
         saved = session.weight(res.layer).detach().clone()
         session.apply(req, res, keep=False)
         scores = score_request(lm.model, lm.tokenizer, req, pre, ability)

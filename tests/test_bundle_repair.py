@@ -140,3 +140,28 @@ def test_stop_on_written_keeps_searching_past_a_write_that_fails(bundle_dir, tmp
     assert 2 <= len(calls) <= e.metrics["written_checks"] and res.written_refused >= 1
     assert res.loop_succeeded == res.succeeded
     assert res.written_refused == e.metrics["written_checks"] - (1 if res.succeeded else 0)
+
+
+@LLAMA
+def test_a_subject_at_position_0_is_refused_before_any_search(bundle_dir, tmp_path, monkeypatch):
+    """mobiedit.prompts.subject_context_error on the bundle path: a tokenizer without BOS (as
+    SmolLM2's) puts a one-token subject that opens the prompt at position 0."""
+    from mobiedit.errors import RequestError
+
+    b = _copy(bundle_dir, tmp_path)
+    tok = b.tokenizer()
+
+    class NoBos:
+        def __call__(self, text, add_special_tokens=True, **kw):
+            ids = tok(text, add_special_tokens=add_special_tokens, **kw)["input_ids"]
+            return {"input_ids": ids[1:] if add_special_tokens and ids[:1] == tok("")["input_ids"][:1] else ids}
+
+    monkeypatch.setattr(b, "tokenizer", lambda: NoBos())
+    first = EditRequest(case_id="first", prompt="{} is a language of", subject="English", target_new="Italy",
+                        target_true="England")
+    assert len(tok("English", add_special_tokens=False)["input_ids"]) == 1
+    searched = []
+    monkeypatch.setattr(ops, "_edit_one", lambda *a, **k: searched.append(a))
+    with pytest.raises(RequestError, match="request 'first', field 'prompt'.*first token"):
+        edit_bundle(b, [C, first], ZO, force=True)
+    assert searched == [] and b.journal().entries() == []

@@ -86,3 +86,26 @@ def test_cli_requests_known_bad_input(small_fact_lm, tmp_path, capsys):
                "--out", str(tmp_path / "x.json")])
     assert rc == 2 and "share a name" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_record_an_edit_would_refuse_is_left_out(tiny_llama_dir, tmp_path, monkeypatch):
+    """Known or not, a record whose subject is its prompt's first token under a tokenizer without
+    BOS is not kept (an edit refuses it: mobiedit.prompts.subject_context_error) and is counted."""
+    from tokenizers import processors
+
+    from mobiedit import known
+    from mobiedit.known import KnownFlags
+
+    lm = load_model(tiny_llama_dir)
+    lm.tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B")
+    recs = [{"case_id": "first", "prompt": "English is a language of", "subject": "English", "target_new": "Italy",
+             "ground_truth": "England"},
+            {"case_id": "inside", "prompt": "The language English is spoken in", "subject": "English",
+             "target_new": "Italy", "ground_truth": "England"}]
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(recs))
+    monkeypatch.setattr(known, "known_flags", lambda m, t, prompts, answers, **k: [KnownFlags(True, True)] * len(prompts))
+    scan = scan_known(lm.model, lm.tokenizer, [str(f)], rule="whole")
+    assert [r["origin"]["case_id"] for r in scan.records] == ["inside"]
+    assert scan.counts[0].refused == 1 and scan.counts[0].whole == 2
+    assert "1 more left out" in scan.summary()

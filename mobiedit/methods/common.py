@@ -132,3 +132,21 @@ class EditOutcome:
 
 def module_name(family: Family, layer: int) -> str:
     return family.mlp_out.format(layer)
+
+
+#: the status of an edit refused before any search (:func:`refused_outcome`)
+REFUSED = "REFUSED"
+
+
+def refused_outcome(lm: LoadedModel, method: str, layer: int, reason: str) -> EditOutcome:
+    """The outcome of an edit refused before any search (``reason``, e.g. a subject at position 0:
+    :func:`mobiedit.prompts.subject_context_error`): not succeeded, zero factors, no cost. Nothing
+    is written for it, not even with ``force``."""
+    from ..families import get_module
+
+    weight = get_module(lm.model, lm.family.mlp_out, layer).weight
+    d_out, d_in = weight.shape if lm.family.weight_out_in else weight.shape[::-1]
+    return EditOutcome(method=method, layer=layer, module=module_name(lm.family, layer), u=torch.zeros(d_out),
+                       w=torch.zeros(d_in), succeeded=False, status=REFUSED, loss_evals=0, sequences=0,
+                       forward_calls=0, backward_calls=0, wall_time=0.0, losses=[],
+                       config={"refused": reason})

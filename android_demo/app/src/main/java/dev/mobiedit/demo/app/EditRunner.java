@@ -97,13 +97,15 @@ public final class EditRunner {
      * Search the edit for {@code req} with the active edits {@code slots} ({slot_u, slot_w}, the
      * journal's, {@link dev.mobiedit.demo.core.Journal#slotFactors}) and verify it after write.
      * Returns null if {@code cancel} was set during the search; a NONFINITE or ERROR stop throws
-     * MobiEditError with the engine's message.
+     * MobiEditError with the engine's message; a subject at the prompt's first token is refused
+     * before any program runs ({@link EditBatchBuilder#checkSubjectContext}).
      */
     public EditOutcome run(EditRequest req, List<String> templates, float[][] slots,
             Answerer answerer, Listener listener, AtomicBoolean cancel) throws Exception {
         long t0 = System.currentTimeMillis();
         int d = manifest.dOut();
         Manifest.Objective objective = manifest.edit.objective;
+        EditBatchBuilder.checkSubjectContext(tok, req);
         EditBatch batch = batchOf(req, templates);
         EditPack pack = EditPack.pack(batch, manifest.shapes, objective);
         PrefixState st = programs.prefix(pack, slots[0], slots[1]);

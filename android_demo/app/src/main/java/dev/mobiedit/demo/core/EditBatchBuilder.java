@@ -67,6 +67,22 @@ public final class EditBatchBuilder {
         return pack(ids, labels, subj, templates.size(), target.length, padId);
     }
 
+    /**
+     * Refuse an edit whose subject is the first token of its prompt (mobiedit.prompts.
+     * subject_context_error): a tokenizer without BOS puts it at position 0, the model's attention
+     * sink, where no rank-one edit holds without disturbing every text.
+     */
+    public static void checkSubjectContext(ByteLevelBpe tok, EditRequest req) {
+        String prompt = req.rewritePrompt();
+        if (subjectLastIndex(tok, prompt, req.subject) == 0) {
+            throw new MobiEditError("the subject '" + req.subject + "' is the first token of the prompt '"
+                + prompt + "' and the tokenizer adds no BOS: an edit keyed at position 0 (the model's"
+                + " attention sink) does not hold and disturbs every text", "edit form, field 'Prompt'",
+                "reword the prompt so that words come before the subject (e.g. \"The capital city of"
+                + " X is\" rather than \"X's capital city is\")");
+        }
+    }
+
     /** ROME's subject index: tokens of {@code text} up to the subject's end (rstripped) - 1. */
     static int subjectLastIndex(ByteLevelBpe tok, String text, String subject) {
         int i = text.indexOf(subject);

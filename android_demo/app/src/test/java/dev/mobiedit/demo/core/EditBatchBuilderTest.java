@@ -73,4 +73,25 @@ class EditBatchBuilderTest {
             () -> EditBatchBuilder.build(tok, req, Arrays.asList("{}"), "Somebody is a", 0));
         assertTrue(e.getMessage().contains("does not occur"), e.getMessage());
     }
+
+    /** mobiedit.prompts.subject_context_error: SmolLM2's tokenizer adds no BOS. */
+    @Test
+    void refusesASubjectAtTheFirstPositionOfATokenizerWithoutBos() throws Exception {
+        ByteLevelBpe smol = SmolLM2Fixtures.tokenizer();
+        EditRequest first = EditRequest.fromForm("Israel", "{}'s capital city is", "Damascus");
+        MobiEditError e = assertThrows(MobiEditError.class,
+            () -> EditBatchBuilder.checkSubjectContext(smol, first));
+        assertTrue(e.getMessage().contains("first token"), e.getMessage());
+        assertTrue(e.getMessage().contains("field 'Prompt'"), e.getMessage());
+        assertTrue(e.getMessage().contains("reword the prompt"), e.getMessage());
+        // words before the subject, or a two-token subject whose last token is past position 0
+        EditBatchBuilder.checkSubjectContext(smol,
+            EditRequest.fromForm("Israel", "The capital city of {} is", "Damascus"));
+        assertTrue(smol.encode("Danielle Darrieux", true).length > 1);
+        EditBatchBuilder.checkSubjectContext(smol,
+            EditRequest.fromForm("Danielle Darrieux", "{}'s mother tongue is", "English"));
+        // a tokenizer that adds a BOS never puts the subject at position 0
+        EditBatchBuilder.checkSubjectContext(Fixtures.tokenizer(),
+            EditRequest.fromForm("Paris", "{} is the capital of", "France"));
+    }
 }
