@@ -112,6 +112,8 @@ def verdict_figures(recs: list[dict]) -> dict:
 
 def row_summary(name: str, layer: int, rlog, case_ids: list[str]) -> dict:
     """The row's result dict from its per-request log (the first ``case_ids``)."""
+    from .methods.common import REFUSED
+
     recs = rlog.records(case_ids)
     return rlog.summary(name, case_ids) | {
         "method": recs[0]["method"], "layer": layer,
@@ -125,6 +127,7 @@ def row_summary(name: str, layer: int, rlog, case_ids: list[str]) -> dict:
         "run_wall_s": sum(r["wall_s"] for r in recs),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in recs),
         "processes": len({r["pid"] for r in recs}),  # > 1: the row was resumed
+        "refused": [r["case_id"] for r in recs if r.get("status") == REFUSED],  # before any search, nothing written
     } | verdict_figures(recs)
 
 
@@ -302,6 +305,10 @@ def format_rows(results: list[dict]) -> str:
                      f"{(med if med is not None else float('nan')):>11.0f}"
                      f"{r['sequences_mean']:>9.0f}{r['forward_calls_mean']:>7.0f}{r['backward_calls_mean']:>6.0f}"
                      f"{r['wall_per_edit_s']:>8.2f}{r['peak_rss_mb']:>8.0f}")
+    refused = {r["row"]: len(r["refused"]) for r in results if r.get("refused")}
+    if refused:  # scored unedited, costs 0 evaluations: mobiedit.prompts.subject_context_error
+        lines.append("refused before any search (subject at the prompt's position 0; scored on the unedited model): "
+                     + ", ".join(f"{row} {n}" for row, n in refused.items()))
     return "\n".join(lines)
 
 
@@ -351,7 +358,7 @@ def cmd_bench(args) -> int:
                       progress=not args.quiet and args.jobs == 1, offset=args.offset)  # one bar at a time
         if len(layers) > 1:
             res["row"] = f"{res['row']}@L{lay}"
-        print(format_rows([res]).splitlines()[-1], flush=True)
+        print(format_rows([res]).splitlines()[1], flush=True)  # the row's line (a refusal note may follow)
         return res
 
     tasks = [(lay, spec) for lay in layers for spec in rows]

@@ -274,6 +274,25 @@ def test_row_summary_reports_quality_over_the_applied_edits_alone(tmp_path):
     assert "ppl%a" in line[0] and "   2.00" in line[1] and " 101.33" in line[1]
 
 
+def test_row_summary_lists_the_refused_requests_and_the_table_says_so(tmp_path):
+    """A request refused before any search (subject at the prompt's position 0) is named in the
+    row's ``refused`` and counted under the table; the row's own line stays the second."""
+    from mobiedit.bench import format_rows, row_summary
+    from mobiedit.evaluate import RequestScores
+    from mobiedit.rowlog import RowLog
+
+    log = RowLog(tmp_path / "row-x-L0.jsonl", {"row": "x"})
+    for i, status in enumerate(["SUCCESS_CHECK", "REFUSED", "MAX_STEPS"]):
+        log.add(f"c{i}", RequestScores(f"c{i}", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0), method="rome",
+                succeeded=status == "SUCCESS_CHECK", status=status, loss_evals=0 if status == "REFUSED" else 9,
+                sequences=1, forward_calls=1, backward_calls=0, wall_s=1.0, peak_rss_mb=1.0, pid=1)
+    res = row_summary("x", 0, log, ["c0", "c1", "c2"])
+    assert res["refused"] == ["c1"]
+    lines = format_rows([res]).splitlines()
+    assert lines[1].startswith("x ") and lines[-1].startswith("refused before any search") and lines[-1].endswith("x 1")
+    assert len(format_rows([res | {"refused": []}]).splitlines()) == 2
+
+
 _ORPHAN_SCRIPT = """
 import multiprocessing as mp, os, sys, time
 from mobiedit.bench import run_watched
