@@ -92,9 +92,11 @@ def eager_row(lm, reqs, cfg, log_: RowLog) -> dict:
 
 def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog, name: str | None = None) -> dict:
     """Each request searched through the bundle's programs (empty journal), its factors applied
-    to the float HF model's edit weight, scored, and the weight restored bit-exactly."""
+    to the float HF model's edit weight, scored, and the weight restored bit-exactly. A request an
+    edit refuses (:func:`mobiedit.prompts.request_refusal`) is scored unedited, unsearched."""
     from mobiedit.evaluate import pre_edit_snapshot, score_request
     from mobiedit.families import get_module
+    from mobiedit.prompts import request_refusal
     from mobiedit.editing.update import write_factors
 
     from .bundle import load_bundle
@@ -107,6 +109,10 @@ def bundle_row(lm, reqs, bundle_dir: Path, log_: RowLog, name: str | None = None
     weight = get_module(lm.model, lm.family.mlp_out, b.manifest["edit_layer"]).weight
     for req in tqdm([r for r in reqs if r.case_id not in log_.done], desc=f"edit via {b.runtime}"):
         pre = pre_edit_snapshot(lm.model, lm.tokenizer, req)
+        if request_refusal(b.tokenizer(), req) is not None:  # as edit --bundle and the eager row: unsearched
+            log_.add(req.case_id, score_request(lm.model, lm.tokenizer, req, pre), succeeded=False, loss_evals=0,
+                     wall_s=0.0)
+            continue
         t0 = time.perf_counter()
         found = search_bundle_edit(b, journal, keystats, req, recipe.zo, recipe.success_fraction, recipe.success_nll)
         wall = time.perf_counter() - t0

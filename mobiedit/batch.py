@@ -22,11 +22,10 @@ from .editing.compute_k import keys_at_subject
 from .editing.update import batch_factors
 from .errors import ConfigError
 from .journal import Journal
-from .methods.common import EditOutcome, ModelContext
+from .methods.common import REFUSED, EditOutcome, ModelContext
 from .methods.verify import says_now
 from .models import LoadedModel
 from .requests import EditRequest
-from .methods.common import REFUSED
 from .session import EditRecord, EditSession, MethodConfig, check_fits
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,8 @@ def solve_batch(lm: LoadedModel, layer: int, reqs: list[EditRequest], outs: list
 
 def edit_batch(session: EditSession, reqs: list[EditRequest], index: int, force: bool) -> list[EditRecord]:
     """Search ``reqs`` on the model as it stands, solve the ones that passed alone (all with
-    ``force``, but a refused one) as one batch, write them, and judge each on the model with the batch written."""
+    ``force``, but a refused one) as one batch, write them, and judge each on the model with the
+    batch written."""
     if session.cfg.update.spread > 1:
         raise ConfigError("a batch solve writes one layer; update.spread writes several", where="update.spread",
                           fix="use spread: 1 with --batch, or edit one request after another (no --batch)")

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from .atomic import atomic_write_text
 from .errors import ConfigError
-from .prompts import make_batch, subject_context_error
+from .prompts import make_batch, request_refusal
 from .requests import EditRequest, load_requests
 
 log = logging.getLogger(__name__)
@@ -180,8 +180,7 @@ def scan_known(model, tok, files: Sequence[str | os.PathLike], rule: str = "whol
         count.first_token = sum(f_.first_token for f_ in flags)
         count.whole = sum(f_.whole for f_ in flags)
         kept = [(r, f_) for r, f_ in zip(scorable, flags) if f_.passes(rule)]
-        editable = [(r, f_) for r, f_ in kept
-                    if subject_context_error(tok, r.rewrite_prompt, r.subject, "prompt") is None]
+        editable = [(r, f_) for r, f_ in kept if request_refusal(tok, r) is None]
         count.refused = len(kept) - len(editable)
         if count.refused:
             log.warning("%s: %d known records left out: their subject is the prompt's first token and the "
