@@ -22,7 +22,7 @@ from .editing.compute_k import keys_at_subject
 from .editing.update import batch_factors
 from .errors import ConfigError
 from .journal import Journal
-from .methods.common import REFUSED, EditOutcome, ModelContext
+from .methods.common import EditOutcome, ModelContext, applies
 from .methods.verify import says_now
 from .models import LoadedModel
 from .requests import EditRequest
@@ -60,7 +60,7 @@ def edit_batch(session: EditSession, reqs: list[EditRequest], index: int, force:
         raise ConfigError("a batch solve writes one layer; update.spread writes several", where="update.spread",
                           fix="use spread: 1 with --batch, or edit one request after another (no --batch)")
     found = [session.edit(r) for r in reqs]
-    take = [i for i, o in enumerate(found) if o.succeeded or (force and o.status != REFUSED)]
+    take = [i for i, o in enumerate(found) if applies(o, force)]
     records = {i: EditRecord(reqs[i], found[i], False) for i in range(len(reqs)) if i not in take}
     for i in records:
         log.warning("edit %s did not reach its success criterion alone; left out of batch %d (use --force)",

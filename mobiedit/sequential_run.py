@@ -191,11 +191,11 @@ def edit_step(session, req, i: int, force: bool, st: RowState) -> None:
     """Edit ``req`` (the ``i``-th, 1-based) on the model as it stands; record it with its
     interference against the applied edits before it; apply and journal it when it succeeded (or
     ``force``)."""
-    from .methods.common import REFUSED
+    from .methods.common import applies
     from .session import written_parts
 
     out, parts = written_parts(session, req, session.edit(req), force)
-    applied = bool(out.succeeded or (force and out.status != REFUSED))
+    applied = applies(out, force)
     st.records.append(edit_record(i, req, out, applied, st.tracker.measure(out.u, out.w, out.key)))
     if not applied:
         log.info("edit %s missed its success criterion (%s); not applied", req.case_id, out.status)

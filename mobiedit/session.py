@@ -25,7 +25,8 @@ from .journal import Journal
 from .ladder import climb, needs_ladder, sequential_ladder, warm_start
 from .stats_corpus import stats_corpus_for
 from .methods import METHODS, method_name
-from .methods.common import REFUSED, EditOutcome, ModelContext, StepFn, prepare_context, refused_outcome
+from .methods.common import (REFUSED, EditOutcome, ModelContext, StepFn, applies, prepare_context,
+                             refused_outcome)
 from .methods.verify import check_written
 from .methods.mobiedit import MobiEditConfig, forward_model
 from .methods.mobiedit import lower_layers_paged as paged_lower
@@ -347,7 +348,7 @@ def edit_sequential(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig,
         with step_progress(req, progress) as on_step:
             res = session.edit(req, on_step)
         res, parts = written_parts(session, req, res, force)
-        apply = res.succeeded or (force and res.status != REFUSED)
+        apply = applies(res, force)
         if apply:
             for part in parts:
                 session.apply(req, part)

@@ -150,3 +150,9 @@ def refused_outcome(lm: LoadedModel, method: str, layer: int, reason: str) -> Ed
                        w=torch.zeros(d_in), succeeded=False, status=REFUSED, loss_evals=0, sequences=0,
                        forward_calls=0, backward_calls=0, wall_time=0.0, losses=[],
                        config={"refused": reason})
+
+
+def applies(out: EditOutcome, force: bool) -> bool:
+    """Whether a session writes ``out``: it succeeded, or ``force`` and it was searched (a
+    :data:`REFUSED` edit is never written). The one rule of ``edit``, batches and the sequential harness."""
+    return bool(out.succeeded or (force and out.status != REFUSED))
