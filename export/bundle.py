@@ -24,11 +24,10 @@ from mobiedit.journal import Journal, tensor_sha256
 from mobiedit.journal_guard import check_bundle_journal
 from mobiedit.jsonio import JSONProblem, loads_strict
 from mobiedit.outputs import check_output_dir, mark_output, weights_bytes
-from mobiedit.profile import search_settings, settle_settings, success_settings
 
 from .config import RUNTIMES, ExportConfig
 from .manifest_check import MAX_MANIFEST_BYTES, validate_sections
-from .recipe import shipped_recipe, with_search, with_settle, with_success
+from .recipe import model_recipe
 from .runtime import Program, open_program
 from .tokenizer import BundleTokenizer, save_tokenizer
 
@@ -128,9 +127,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     if fit_requests:
         cfg = fit_edit_shapes(prep, cfg, fit_requests)
     # the edit recipe hosts use (export/recipe.py), with the model profile's success rule; checked up front
-    recipe = with_settle(with_success(with_search(shipped_recipe(cfg.edit_shapes.K, cfg.edit.recipe),
-                                                  search_settings(model_dir)), success_settings(model_dir)),
-                         settle_settings(model_dir))
+    recipe = model_recipe(model_dir, cfg.edit_shapes.K, cfg.edit.recipe)
     stage("quantize")
     modules = build_modules(prep, program_models(prep, cfg), cfg)
     edit_q = cfg.quant.resolved_edit_scheme != "fp32"
@@ -165,7 +162,8 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
                 {**edits[0][1].prefix_feed, **slots})
             scale = float(pout["values"][0].norm()) / prep.dims.d_out ** 0.5
             checks["edit_correlation"] = edit_correlation(ref, cand, edit_feed(edits[0][1], pout), cfg.edit_shapes.K,
-                                                          prep.dims.hidden_size, scale, draws=cfg.quant.check_draws)
+                                                          prep.dims.hidden_size, scale, draws=cfg.quant.check_draws,
+                                                          h=recipe.zo.h)
             log.info("edit program (%s) loss correlation with float: %s", cfg.quant.resolved_edit_scheme,
                      checks["edit_correlation"])
             if warning := weak_signal(checks["edit_correlation"], cfg.quant.resolved_edit_scheme):

@@ -99,31 +99,34 @@ def calibration_feeds(float_modules: dict[str, torch.nn.Module], edits: list[tup
 
 
 def edit_correlation(reference: Program, candidate: Program, base_feed: dict[str, torch.Tensor], K: int,
-                     d: int, scale: float, seed: int = 1, draws: int = 4) -> dict[str, float]:
-    """Centered Pearson correlation of ``candidate``'s K losses with ``reference``'s, at ZO-like
-    deltas (h = 0.05 and 0.5 around x0 = 0 and a random x0 of norm √d, normalised units; the first
-    ``draws`` of those four).
+                     d: int, scale: float, seed: int = 1, draws: int = 4, h: float = 0.05) -> dict[str, float]:
+    """Centered Pearson correlation of ``candidate``'s K losses with ``reference``'s, at the deltas one
+    step of the search feeds the edit program: ``scale · (x0 + h·z)`` (normalised units), ``h`` the
+    bundle recipe's ``zo.h`` (:func:`mobiedit.export.recipe.model_recipe`), x0 = 0 (the search's start)
+    and a random x0 of norm √d (a delta of the value's own norm) in turn, fresh directions each draw.
 
-    Returns {"min", "mean"} over the draws for the full loss (what the ZO loop sees) and
-    {"network_min", "network_mean"} without the ``wd_scale·‖δ‖`` term (the model's own signal).
+    Returns {"min", "mean"} over the ``draws`` for the full loss (what the ZO loop sees),
+    {"network_min", "network_mean"} without the ``wd_scale·‖δ‖`` term (the model's own signal) and
+    the ``h`` it perturbed at.
     """
     gen = torch.Generator().manual_seed(seed)
     full, net = [], []
-    for x0n, h in [(0.0, 0.05), (1.0, 0.05), (0.0, 0.5), (1.0, 0.5)][:draws]:
-        D = zo_deltas(K, d, scale, gen, h, x0n)
+    for i in range(draws):
+        D = zo_deltas(K, d, scale, gen, h, float(i % 2))
         feed = {**base_feed, "deltas": D}
         a, b = reference.run(feed)["losses"], candidate.run(feed)["losses"]
         wd = base_feed["wd_scale"] * D.norm(dim=-1)
         full.append(centered_correlation(a, b))
         net.append(centered_correlation(a - wd, b - wd))
     return {"min": min(full), "mean": sum(full) / len(full), "network_min": min(net),
-            "network_mean": sum(net) / len(net)}
+            "network_mean": sum(net) / len(net), "h": h}
 
 
 #: below this centered correlation (network part, min over draws) an edit program's losses are
 #: mostly quantization noise to the search: ``nbits`` int4 measures 0.85–0.93 on SmolLM2 and still
 #: edits; per-block int8 activations (``nbits_compute`` int8) −0.50, per-token int8 ``same`` 0.04–0.75
-#: on the project's own fact LM (docs/results.md).
+#: on the project's own fact LM (docs/results.md; those figures at the draws before session 51, h 0.05
+#: and 0.5).
 SIGNAL_FLOOR = 0.8
 
 

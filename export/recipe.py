@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from mobiedit.editing.config import check_ladder
 from mobiedit.errors import BundleError, ConfigError
 from mobiedit.ladder import LADDER_FROM_EDITS, SEQUENTIAL_LADDER
+from mobiedit.profile import search_settings, settle_settings, success_settings
 from mobiedit.recipes import BUNDLE_RECIPES, Settle, bundle_recipe, check_fraction, check_nll, check_stop_on
 from mobiedit.zo import ZOConfig
 
@@ -162,6 +163,14 @@ def _zo_field(e: ConfigError) -> str | None:
     """The :class:`ZOConfig` field a config error names (``ZOConfig.<field>``), or None."""
     name = (e.where or "").rpartition(".")[2]
     return name if name in ZO_FIELDS + ZO_OPTIONAL else None
+
+
+def model_recipe(model_dir, K: int, name: str = "fzoo") -> Recipe:
+    """The recipe a bundle of ``model_dir`` ships: :func:`shipped_recipe` ``(K, name)`` with the model
+    profile's search (:func:`with_search`), success rule (:func:`with_success`) and settle phase
+    (:func:`with_settle`). The exporter writes it; its export check perturbs at its ``zo.h``."""
+    return with_settle(with_success(with_search(shipped_recipe(K, name), search_settings(model_dir)),
+                                    success_settings(model_dir)), settle_settings(model_dir))
 
 
 def with_settle(recipe: Recipe, settle: dict) -> Recipe:

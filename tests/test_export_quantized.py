@@ -64,6 +64,8 @@ def test_shipped_quantized_edit_programs_keep_the_loss_signal(tiny_model_dir, qd
             "executorch 8da8w/delta": edit_correlation(ref, progs["edit"], feed, shapes.K, 64, scale)}
     print("\nedit-program loss correlation with fp32 (tiny random llama):", json.dumps(corr, indent=1))
     assert qdq.manifest["checks"]["edit_correlation"]["min"] >= 0.99
+    # the check perturbed at the recipe's own h, the one the bundle's search steps with
+    assert qdq.manifest["checks"]["edit_correlation"]["h"] == qdq.manifest["recipe"]["zo"]["h"]
     for name, c in corr.items():
         assert c["min"] >= 0.99, (name, c)
 

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from mobiedit.export.config import ExportConfig, LowerConfig, QuantizeConfig
     from mobiedit.export.packing import edit_feed
     from mobiedit.export.pipeline import build_modules, capture, lower_programs, prepare, program_models
+    from mobiedit.export.recipe import model_recipe
     from mobiedit.export.runtime import EagerProgram, open_program
     from mobiedit.profile import with_profile
     from mobiedit.quiet import quiet_libraries
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     pout = EagerProgram(ref_mods["prefix"], *ref_mods["prefix"].io()).run({**edits[0][1].prefix_feed, **slots})
     scale = float(pout["values"][0].norm()) / prep.dims.d_out ** 0.5
     feed, ref = edit_feed(edits[0][1], pout), EagerProgram(ref_mods["edit"], *ref_mods["edit"].io())
+    h = model_recipe(model, base.edit_shapes.K).zo.h  # the export check's: the bundle search's own step
     rows = []
     for v in a.variants.split(","):
         bits, block, head, *rest = v.split(":")
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             spec = lower_programs(capture(mods, prep, cfg), mods, Path(tmp), prep, cfg)["edit"]
             size = sum(f.stat().st_size for f in Path(tmp).iterdir())
             cand = open_program("onnxruntime", Path(tmp) / spec["file"], None, spec["inputs"], spec["outputs"])
-            corr = edit_correlation(ref, cand, feed, cfg.edit_shapes.K, prep.dims.hidden_size, scale, draws=a.draws)
+            corr = edit_correlation(ref, cand, feed, cfg.edit_shapes.K, prep.dims.hidden_size, scale, draws=a.draws, h=h)
         rows.append({"bits": bits, "block": block, "head_bits": head or bits, "compute": compute,
                      "edit_program_bytes": size, **corr})
         print(f"int{bits} weights, LM head int{head or bits}, blocks of {block}, {compute} compute: network correlation min "
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(a.out, json.dumps({"model": str(model), "layer": prep.layer, "draws": a.draws,
+        atomic_write_text(a.out, json.dumps({"model": str(model), "layer": prep.layer, "draws": a.draws, "h": h,
                                              "rows": rows}, indent=1))
     return 0
 
