@@ -24,6 +24,7 @@ import torch
 from mobiedit.errors import ConfigError
 from mobiedit.families import get_module, n_layers
 from mobiedit.models import LoadedModel, load_model
+from mobiedit.quiet import NOTICE
 
 from .adapters import ModelDims, check_positions, model_dims, use_static_attention
 from .config import ExportConfig
@@ -130,7 +131,7 @@ def fit_edit_shapes(prep: Prepared, cfg: ExportConfig, requests: list) -> Export
     shapes = fit_shapes(cfg.edit_shapes, requests_needs(prep.lm.tokenizer, requests, prep.templates, cfg.edit.objective))
     check_positions(prep.dims, shapes.tokens, "ExportConfig.edit_shapes (fitted to the requests)")
     if shapes != cfg.edit_shapes:
-        log.warning("edit shapes fitted to %d requests: %s", len(requests), shapes)
+        log.log(NOTICE, "edit shapes fitted to %d requests: %s", len(requests), shapes)
     return dataclasses.replace(cfg, edit_shapes=shapes)
 
 

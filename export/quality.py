@@ -27,6 +27,7 @@ from mobiedit.atomic import atomic_write_text
 from mobiedit.errors import MobiEditError
 from mobiedit.rowlog import RowLog
 from mobiedit.resolve import add_model_args
+from mobiedit.quiet import NOTICE
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def export_default(model_dir: Path, runtime: str, out: Path, reqs) -> Path:
         return out
     t0 = time.perf_counter()
     export_bundle(model_dir, out, default_export_config(runtime), fit_requests=reqs)
-    log.warning("exported %s bundle in %.0f s", runtime, time.perf_counter() - t0)
+    log.log(NOTICE, "exported %s bundle in %.0f s", runtime, time.perf_counter() - t0)
     return out
 
 
@@ -136,7 +137,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mobiedit.quiet import quiet_libraries
+    from mobiedit.quiet import cli_logging, quiet_libraries
     from mobiedit.resolve import edit_layer_for, resolve_model
     from mobiedit.models import load_model
     from mobiedit.requests import bundled_path, load_requests
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/export_quality")
     p.add_argument("--quiet", action="store_true", help="no training progress bar")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    cli_logging()
     quiet_libraries()
     torch.set_num_threads(1)
     try:

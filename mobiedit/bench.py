@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .resolve import add_model_args
 from .bench_rows import TUNED_ROWS, RowSpec, parse_rows, parse_sets, row_config, tuned_paper_lr
 from .bench_rows import ROWS  # noqa: F401  (re-exported: the row table)
+from .quiet import NOTICE
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +354,7 @@ def cmd_bench(args) -> int:
 
     def one(task: tuple[int, RowSpec]) -> dict:
         lay, spec = task
-        log.warning("bench row %s at layer %d (%d requests of %s)...", spec.label, lay, spec.n, req_file.name)
+        log.log(NOTICE, "bench row %s at layer %d (%d requests of %s)...", spec.label, lay, spec.n, req_file.name)
         res = run_row(spec, model_dir, req_file, lay, args.seed, out, ability=not args.no_ability,
                       progress=not args.quiet and args.jobs == 1, offset=args.offset)  # one bar at a time
         if len(layers) > 1:

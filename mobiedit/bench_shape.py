@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .bench_shape_ort import ORT_ROW
 from .errors import ConfigError
+from .quiet import NOTICE
 
 log = logging.getLogger(__name__)
 
@@ -297,10 +298,10 @@ def cmd_bench_shape(args) -> int:
         for row in names:
             ident = row_identity(args.shape, row, args.layer, args.steps, args.malloc, ort)
             if (got := saved_row(rows_dir, ident)) is not None:
-                log.warning("bench-shape row %s: reusing %s (timed in run %s)", row, rows_dir, got.get("run_id"))
+                log.log(NOTICE, "bench-shape row %s: reusing %s (timed in run %s)", row, rows_dir, got.get("run_id"))
                 rows[row] = got
                 continue
-            log.warning("bench-shape row %s (%d steps)...", row, args.steps)
+            log.log(NOTICE, "bench-shape row %s (%d steps)...", row, args.steps)
             if row == ORT_ROW:
                 rows[row] = run_ort_row(folder, args.layer, args.steps, Path(tmp), args.malloc, ort) | {"run_id": run_id}
             else:

@@ -44,3 +44,26 @@ def quiet_libraries() -> None:
         hf_logging.set_verbosity_error()
     except ImportError:
         pass
+
+
+#: a progress notice: what a person running a long command wants to see (a bench row or a tune
+#: candidate starting, a run resumed), not a problem. Entry points show it as a plain line
+#: (:func:`cli_logging`); library code logs it with ``log.log(NOTICE, ...)``.
+NOTICE = 25
+
+
+class _CliFormatter(logging.Formatter):
+    """Notices as the bare message; warnings and worse (and debug lines) as ``LEVEL name: message``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if NOTICE <= record.levelno < logging.WARNING:
+            return record.getMessage()
+        return super().format(record)
+
+
+def cli_logging(verbose: bool = False) -> None:
+    """An entry point's log set-up on stderr: notices and worse (``verbose``: everything, debug
+    included); notices without a level name, so normal progress never reads as a warning."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_CliFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else NOTICE, handlers=[handler])

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m mobiedit.sequential``: the verb's arguments plus ``--quiet`` / ``-v``; exit 2 on
     a :class:`~mobiedit.errors.MobiEditError` or an OS error (one line on stderr), as ``mobiedit``."""
     from .errors import MobiEditError
-    from .quiet import quiet_libraries
+    from .quiet import cli_logging, quiet_libraries
     from .termsafe import term_safe
 
     p = argparse.ArgumentParser(prog="python -m mobiedit.sequential", description=__doc__.split("\n")[0])
@@ -193,8 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = p.parse_args(argv)
     quiet_libraries()
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    cli_logging(args.verbose)
     try:
         return cmd_sequential(args)
     except MobiEditError as e:

@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from .errors import ConfigError
 from .sequential_interference import InterferenceTracker, window_summary
+from .quiet import NOTICE
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +266,7 @@ def run_row(base: Baseline, cfg, s: SeqSettings, label: str = "row", progress: b
         if saved is not None:
             restore_row(saved, session, journal, st)
             start, t0 = saved.done, t0 - saved.elapsed
-            log.warning("row %s: resumed after edit %d of %d from %s", label, saved.done, len(base.edits), work)
+            log.log(NOTICE, "row %s: resumed after edit %d of %d from %s", label, saved.done, len(base.edits), work)
         with tqdm(total=len(base.edits), initial=start, desc=label, unit="edit", disable=not progress) as bar:
             for index, first in enumerate(range(0, len(base.edits), batch)):
                 if first < start:

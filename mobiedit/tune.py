@@ -40,6 +40,7 @@ from typing import Any
 from .errors import ConfigError
 from .profile import METHOD_SECTIONS, TUNABLE_SECTIONS
 from .resolve import add_model_args
+from .quiet import NOTICE
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def run_tune(model_dir: Path, req_file: Path, method_row: str, layer: int, cands
     table = []
     for i, (lay, sets) in enumerate(cands):
         spec = RowSpec(method_row, n, row_sets(sets))
-        log.warning("tune candidate %d/%d: layer %d %s", i + 1, len(cands), lay, dict(sets) or "(current settings)")
+        log.log(NOTICE, "tune candidate %d/%d: layer %d %s", i + 1, len(cands), lay, dict(sets) or "(current settings)")
         res = run_row(spec, model_dir, req_file, lay, seed, out, ability=ability, progress=progress, offset=offset)
         table.append({"layer": lay, "settings": dict(sets), "score": tune_score(res["quality"], score),
                       "perplexity_change_pct": res["quality"].get("perplexity_change_pct", float("nan")),

@@ -5,13 +5,12 @@ Every user error is a :class:`MobiEditError`; it is printed on one line and the 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Any, Callable
 
 from ..errors import MobiEditError
-from ..quiet import quiet_libraries
+from ..quiet import cli_logging, quiet_libraries
 from ..termsafe import term_safe
 from ._common import Command
 from .edit import EDIT, UNDO
@@ -79,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     (nothing said) when stdout's reader closed the pipe."""
     quiet_libraries()
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    cli_logging(args.verbose)
     try:
         return int(args.fn(args) or 0)
     except MobiEditError as e:
