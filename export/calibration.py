@@ -130,10 +130,18 @@ def edit_correlation(reference: Program, candidate: Program, base_feed: dict[str
 SIGNAL_FLOOR = 0.8
 
 
+#: per edit scheme, the export flags measured to keep the signal where it fell short (docs/results.md:
+#: SmolLM2's QDQ a16w8 edit program 0.48 at its recipe's h, ``nbits`` int8 0.9996)
+STRONGER_EDIT = {"qdq_a16w8": "--edit-quant nbits --nbits 8 (int8 weights, fp32 activations; CPU only: an NPU runs QDQ)",
+                 "nbits": "--nbits 8 (where it was 4)"}
+
+
 def weak_signal(corr: dict, scheme: str) -> str | None:
     """A warning when ``corr`` (:func:`edit_correlation`'s) says the search would read noise, else None."""
     if corr["network_min"] >= SIGNAL_FLOOR:
         return None
-    return (f"the edit program ({scheme}) follows the float program's losses at correlation {corr['network_min']:.3f} "
+    h = f" at the search's h {corr['h']:g}" if "h" in corr else ""
+    first = f"{STRONGER_EDIT[scheme]}, " if scheme in STRONGER_EDIT else ""
+    return (f"the edit program ({scheme}) follows the float program's losses at correlation {corr['network_min']:.3f}{h} "
             f"(min over the check's draws; below {SIGNAL_FLOOR}): its search would read mostly quantization noise — "
-            "export with more bits, fp32 compute or another --edit-quant")
+            f"export with {first}more bits, fp32 compute or another --edit-quant")

@@ -128,7 +128,9 @@ def test_an_edit_program_that_reads_noise_is_named_at_export():
 
     assert weak_signal({"network_min": 0.85}, "nbits") is None  # int4 on SmolLM2: still edits
     msg = weak_signal({"network_min": -0.5}, "nbits")
-    assert msg and "-0.500" in msg and str(SIGNAL_FLOOR) in msg and "fp32 compute" in msg
+    assert msg and "-0.500" in msg and str(SIGNAL_FLOOR) in msg and "fp32 compute" in msg and "--nbits 8" in msg
+    qdq = weak_signal({"network_min": 0.48, "h": 0.2}, "qdq_a16w8")  # SmolLM2's QDQ edit program at its recipe's h
+    assert "--edit-quant nbits --nbits 8" in qdq and "h 0.2" in qdq
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["llama"], indirect=True)
