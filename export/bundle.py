@@ -113,7 +113,7 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
     :func:`mobiedit.outputs.check_output_dir` first (``overwrite``; ``inputs``: further paths the
     caller read, e.g. the request file). ``progress``: a bar of the stages on stderr. Returns ``out``.
     """
-    from .calibration import calibration_feeds, edit_correlation, sample_edits, weak_signal
+    from .calibration import calibration_feeds, check_reference, edit_correlation, sample_edits, weak_signal
     from .chat import save_chat_template
     from .pipeline import (ROLES, build_modules, capture, fit_edit_shapes, lower_programs, prepare,
                            program_models)
@@ -149,19 +149,11 @@ def export_bundle(model_dir: str | Path, out: str | Path, cfg: ExportConfig | No
         stage("check")
         checks: dict = {"export_seconds": None}
         if edit_q and cfg.quant.check_draws:
-            from .packing import edit_feed
-            from .runtime import EagerProgram
-
             spec = programs["edit"]
             cand = open_program(cfg.lower.runtime, tmp / spec["file"], spec["method"], spec["inputs"], spec["outputs"],
                                 exact_qdq=cfg.quant.scheme == "qdq_a16w8")
-            ref = EagerProgram(float_modules["edit"], *float_modules["edit"].io())
-            slots = {"slot_u": torch.zeros(cfg.inference.slots, prep.dims.d_out),
-                     "slot_w": torch.zeros(cfg.inference.slots, prep.dims.d_in)}
-            pout = EagerProgram(float_modules["prefix"], *float_modules["prefix"].io()).run(
-                {**edits[0][1].prefix_feed, **slots})
-            scale = float(pout["values"][0].norm()) / prep.dims.d_out ** 0.5
-            checks["edit_correlation"] = edit_correlation(ref, cand, edit_feed(edits[0][1], pout), cfg.edit_shapes.K,
+            ref, feed, scale = check_reference(float_modules, edits[0][1], cfg.inference.slots)
+            checks["edit_correlation"] = edit_correlation(ref, cand, feed, cfg.edit_shapes.K,
                                                           prep.dims.hidden_size, scale, draws=cfg.quant.check_draws,
                                                           h=recipe.zo.h)
             log.info("edit program (%s) loss correlation with float: %s", cfg.quant.resolved_edit_scheme,

@@ -98,6 +98,28 @@ def calibration_feeds(float_modules: dict[str, torch.nn.Module], edits: list[tup
     return feeds
 
 
+def check_reference(float_modules: dict[str, torch.nn.Module], packed: PackedEdit, slots: int
+                    ) -> tuple[Program, dict[str, torch.Tensor], float]:
+    """The export check's reference for one sampled edit: the float ``edit`` program, its feed for
+    ``packed`` (the float ``prefix`` program's outputs with ``slots`` empty rank-one slots) and the
+    value scale ‖v‖/√d (the unit of the search's h)."""
+    dims = float_modules["edit"].dims
+    progs = _programs({r: float_modules[r] for r in ("prefix", "edit")})
+    empty = {"slot_u": torch.zeros(slots, dims.d_out), "slot_w": torch.zeros(slots, dims.d_in)}
+    pout = progs["prefix"].run({**packed.prefix_feed, **empty})
+    return progs["edit"], edit_feed(packed, pout), float(pout["values"][0].norm()) / math.sqrt(dims.d_out)
+
+
+def float_check_reference(prep, cfg) -> tuple[EditRequest, Program, dict[str, torch.Tensor], float]:
+    """:func:`check_reference` on the first bundled request that fits ``cfg.edit_shapes``, from the float
+    programs of ``prep`` (:func:`mobiedit.export.pipeline.prepare`'s) under ``cfg``: the request with it."""
+    from .pipeline import build_modules
+
+    mods = build_modules(prep, {k: prep.lm.model for k in ("inference", "prefix", "edit")}, cfg, ("prefix", "edit"))
+    req, packed = sample_edits(prep.lm.tokenizer, prep.templates, cfg.edit.objective, cfg.edit_shapes, 1)[0]
+    return (req, *check_reference(mods, packed, cfg.inference.slots))
+
+
 def edit_correlation(reference: Program, candidate: Program, base_feed: dict[str, torch.Tensor], K: int,
                      d: int, scale: float, seed: int = 1, draws: int = 4, h: float = 0.05) -> dict[str, float]:
     """Centered Pearson correlation of ``candidate``'s K losses with ``reference``'s, at the deltas one
