@@ -1,6 +1,7 @@
 """Keep third-party runtime chatter out of the user's terminal: offline mode for the Hub, and
 torchao / torch / transformers loggers, warnings and progress bars turned down. Called once by
-each entry point (the CLI, the demo, the benches and harnesses), never at import."""
+each entry point (the CLI, the demo, the benches and harnesses), never at import. And the entry
+points' own log set-up (:func:`cli_logging`): progress notices (:data:`NOTICE`) as plain lines."""
 from __future__ import annotations
 
 import logging
