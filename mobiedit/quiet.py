@@ -62,9 +62,23 @@ class _CliFormatter(logging.Formatter):
         return super().format(record)
 
 
+class _BarSafeHandler(logging.StreamHandler):
+    """Writes each line through ``tqdm.write``: a progress bar on the same stream is cleared first
+    and redrawn after, so a log line never lands in the middle of a bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 — logging's own contract: report, never raise
+            self.handleError(record)
+
+
 def cli_logging(verbose: bool = False) -> None:
     """An entry point's log set-up on stderr: notices and worse (``verbose``: everything, debug
-    included); notices without a level name, so normal progress never reads as a warning."""
-    handler = logging.StreamHandler()
+    included); notices without a level name, so normal progress never reads as a warning; each line
+    clear of the progress bars."""
+    handler = _BarSafeHandler()
     handler.setFormatter(_CliFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if verbose else NOTICE, handlers=[handler])
