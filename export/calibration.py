@@ -90,9 +90,7 @@ def calibration_feeds(float_modules: dict[str, torch.nn.Module], edits: list[tup
             if "prefix" in progs:
                 feeds["prefix"].append(pfeed)
             if "edit" in progs:
-                pout = progs["prefix"].run(pfeed)
-                base = edit_feed(packed, pout)
-                scale = float(pout["values"][0].norm()) / math.sqrt(dims.d_out)
+                _, base, scale = check_reference(float_modules, packed, inference.slots)
                 for h, x0n in ((0.05, 0.0), (0.5, 1.0)):
                     feeds["edit"].append({**base, "deltas": zo_deltas(shapes.K, dims.hidden_size, scale, gen, h, x0n)})
     return feeds
@@ -121,7 +119,7 @@ def float_check_reference(prep, cfg) -> tuple[EditRequest, Program, dict[str, to
 
 
 def edit_correlation(reference: Program, candidate: Program, base_feed: dict[str, torch.Tensor], K: int,
-                     d: int, scale: float, seed: int = 1, draws: int = 4, h: float = 0.05) -> dict[str, float]:
+                     d: int, scale: float, seed: int = 1, draws: int = 4, *, h: float) -> dict[str, float]:
     """Centered Pearson correlation of ``candidate``'s K losses with ``reference``'s, at the deltas one
     step of the search feeds the edit program: ``scale · (x0 + h·z)`` (normalised units), ``h`` the
     bundle recipe's ``zo.h`` (:func:`mobiedit.export.recipe.model_recipe`), x0 = 0 (the search's start)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mobiedit.errors import ConfigError
+from mobiedit.recipes import FZOO
 from mobiedit.export.config import EditSetup, ExportConfig, LowerConfig, QuantizeConfig
 
 
@@ -181,7 +182,7 @@ def test_nbits_programs_keep_packed_weights_and_the_loss_signal(tiny_model_dir, 
         ref = EagerProgram(float_mods["edit"], *float_mods["edit"].io())
         scale = float(pout["values"][0].norm()) / math.sqrt(prep.dims.d_out)
         corr[bits] = edit_correlation(ref, prog["edit"], edit_feed(packed, pout), cfg.edit_shapes.K,
-                                      prep.dims.hidden_size, scale, draws=2)
+                                      prep.dims.hidden_size, scale, draws=2, h=FZOO.zo.h)
     print("\nnbits edit-program loss correlation with fp32 (tiny random llama):", json.dumps(corr, indent=1))
     assert corr[8]["network_min"] >= 0.995 and corr[4]["network_min"] >= 0.95, corr
     assert corr[8]["network_mean"] > corr[4]["network_mean"], corr  # more bits, closer to fp32

@@ -60,8 +60,9 @@ def test_shipped_quantized_edit_programs_keep_the_loss_signal(tiny_model_dir, qd
     ref = EagerProgram(ref, *ref.io())
     scale = float(state.v_init.norm()) / math.sqrt(state.v_init.shape[0])
     _, _, progs = et_quant
-    corr = {"onnxruntime qdq_a16w8": edit_correlation(ref, qdq.program("edit"), feed, shapes.K, 64, scale),
-            "executorch 8da8w/delta": edit_correlation(ref, progs["edit"], feed, shapes.K, 64, scale)}
+    h = qdq.manifest["recipe"]["zo"]["h"]  # the shipped recipe's step
+    corr = {"onnxruntime qdq_a16w8": edit_correlation(ref, qdq.program("edit"), feed, shapes.K, 64, scale, h=h),
+            "executorch 8da8w/delta": edit_correlation(ref, progs["edit"], feed, shapes.K, 64, scale, h=h)}
     print("\nedit-program loss correlation with fp32 (tiny random llama):", json.dumps(corr, indent=1))
     assert qdq.manifest["checks"]["edit_correlation"]["min"] >= 0.99
     # the check perturbed at the recipe's own h, the one the bundle's search steps with
