@@ -31,7 +31,7 @@ from .editing.config import written_layers
 from .errors import ConfigError
 from .evaluate import RequestScores, aggregate, pre_edit_snapshot, score_request
 from .journal import Journal
-from .journal_guard import check_journal_belongs
+from .journal_guard import base_model_of, check_journal_belongs
 from .methods import METHODS, method_entry, method_name
 from .models import LoadedModel
 from .models import load_model as _load_folder
@@ -39,7 +39,7 @@ from .outputs import check_output_dir, mark_output, weights_bytes
 from .profile import copy_sidecars
 from .requests import EditRequest, load_requests
 from .resolve import check_config_layer, edit_layer_for, load_method_config, model_dir, run_overrides
-from .session import (EditRecord, MethodConfig, base_model_of, check_fits, edit_sequential, prepare, seed_edited_keys,
+from .session import (EditRecord, MethodConfig, check_fits, edit_sequential, prepare, seed_edited_keys,
                       sequential_config)
 
 __all__ = ["METHODS", "EditRecord", "Evaluation", "LoadedModel", "edit", "edit_layer_for", "evaluate",
@@ -213,7 +213,7 @@ def evaluate(model: LoadedModel | PathLike, requests: Sequence[EditRequest] | Pa
     lm = model if isinstance(model, LoadedModel) else load_model(model)
     reqs = _requests(requests)
     check_fits(lm, reqs)
-    base = base_model_of(lm, lm.path / "journal")
+    base = base_model_of(lm.model, lm.family, lm.path / "journal")
     pres = [pre_edit_snapshot(base, lm.tokenizer, r) if base is not None else None for r in reqs]
     scores = [score_request(lm.model, lm.tokenizer, r, p) for r, p in zip(reqs, pres)]
     return Evaluation(lm.path, scores, aggregate(scores), base is not None)

@@ -13,6 +13,8 @@ in place. These checks compare the journal with the model or bundle it is applie
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from .errors import JournalError
@@ -53,3 +55,19 @@ def check_bundle_journal(journal: Journal, base_sha256: str, module: str) -> Non
         if e.module != module:
             raise JournalError(f"edit {e.id} is on {e.module!r}, the bundle edits {module!r}",
                                where=f"{journal.folder / JOURNAL_FILE}, edit {e.id}, field 'module'", fix=FOREIGN_FIX)
+
+
+def base_model_of(model: torch.nn.Module, family: Family, journal_dir: Path) -> torch.nn.Module | None:
+    """A copy of ``model`` with every edit journaled in ``journal_dir`` undone (the pre-edit
+    model), or None without a journal there; a journal of another model is refused first."""
+    import copy
+
+    if not (journal_dir / JOURNAL_FILE).is_file():
+        return None
+    j = Journal.open(journal_dir)
+    check_journal_belongs(j, model, family)  # a foreign journal's base is not this model's
+    base = copy.deepcopy(model)
+    for module in {e.module for e in j.entries()}:
+        with torch.no_grad():
+            base.get_submodule(module).weight.copy_(j.base_weight(module))
+    return base

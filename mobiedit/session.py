@@ -12,7 +12,6 @@ import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Union
 
 import torch
@@ -387,20 +386,3 @@ def edit_independent(lm: LoadedModel, reqs: list[EditRequest], cfg: MethodConfig
         session.restore(res.layer, saved)
         out.append(EditRecord(req, res, True, scores))
     return out
-
-
-def base_model_of(lm: LoadedModel, journal_dir: Path) -> torch.nn.Module | None:
-    """A copy of ``lm.model`` with every journaled edit undone (the pre-edit model), or None."""
-    import copy
-
-    if not (journal_dir / "journal.jsonl").is_file():
-        return None
-    from .journal_guard import check_journal_belongs
-
-    j = Journal.open(journal_dir)
-    check_journal_belongs(j, lm.model, lm.family)  # a foreign journal's base is not this model's
-    base = copy.deepcopy(lm.model)
-    for module in {e.module for e in j.entries()}:
-        with torch.no_grad():
-            base.get_submodule(module).weight.copy_(j.base_weight(module))
-    return base

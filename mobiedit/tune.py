@@ -19,6 +19,9 @@ Contract:
     (held-out perplexity and fluency before and after each edit); a candidate whose mean perplexity
     change is over ``P`` % is not chosen, whatever its score; with none within it the current
     settings stay, and the table says so;
+  * ``--max-success-drop D`` (default 0): a candidate whose success rate (edits the edited model
+    says after the write) is more than ``D`` points below the current settings' is not chosen either —
+    a setting that scores higher by failing more edits is not a better setting;
   * the tuning requests default to the request file's last ``n``; their ids and the file's digest
     go into the profile (``notes.tune``), and ``mobiedit bench`` refuses to report on them
     (:func:`mobiedit.profile.check_not_tuned_on`);
@@ -176,12 +179,24 @@ def note_row(row: dict) -> dict:
     return out
 
 
-def best_index(table: list[dict], max_ppl: float | None = None) -> int:
-    """The highest score among the candidates :func:`within_budget` (NaN never wins); ties keep
-    the earlier candidate; none within the budget (or none scored) keeps the current settings, 0."""
+def keeps_success(row: dict, current: dict, max_drop: float | None) -> bool:
+    """``row``'s success rate (edits the edited model says, in %) is at most ``max_drop`` points
+    below the current settings' ``current`` (always, without a guard; never when not measured)."""
+    got, ref = row.get("success_rate", float("nan")), current.get("success_rate", float("nan"))
+    return max_drop is None or row is current or (got == got and ref == ref and got >= ref - max_drop - 1e-9)
+
+
+def eligible(row: dict, table: list[dict], max_ppl: float | None, max_success_drop: float | None) -> bool:
+    """``row`` may be chosen: within the perplexity budget and the success guard against ``table[0]``."""
+    return within_budget(row, max_ppl) and keeps_success(row, table[0], max_success_drop)
+
+
+def best_index(table: list[dict], max_ppl: float | None = None, max_success_drop: float | None = None) -> int:
+    """The highest score among the :func:`eligible` candidates (NaN never wins); ties keep the
+    earlier candidate; none eligible (or none scored) keeps the current settings, 0."""
     best = None
     for i, row in enumerate(table):
-        if row["score"] == row["score"] and within_budget(row, max_ppl) and \
+        if row["score"] == row["score"] and eligible(row, table, max_ppl, max_success_drop) and \
                 (best is None or row["score"] > table[best]["score"]):
             best = i
     return 0 if best is None else best
@@ -199,43 +214,6 @@ def format_line(i: int, row: dict) -> str:
 
 HEADER = (f"{'#':>3} {'L':<4}{'settings':<44}{'score':>7}{'effP':>7}{'genP':>7}{'eff':>7}{'gen':>7}{'locU':>7}"
           f"{'ppl%':>7}{'succ%':>7}{'s/edit':>8}")
-
-
-def plot(table: list[dict], best: int, png: Path, title: str, score: str = "prob",
-         max_ppl: float | None = None) -> None:
-    """One bar per candidate (its score), the chosen one highlighted, those over the perplexity
-    budget ``max_ppl`` grey and hatched."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .atomic import save_png
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(table) + 2), 4.5))
-    labels = [f"L{r['layer']} " + " ".join(f"{k.split('.')[-1]}={v}" for k, v in r["settings"].items())
-              if r["settings"] else f"L{r['layer']} current" for r in table]
-    scores = [0.0 if r["score"] != r["score"] else r["score"] for r in table]
-    colors = ["tab:orange" if i == best else "tab:blue" if within_budget(r, max_ppl) else "0.75"
-              for i, r in enumerate(table)]
-    bars = ax.bar(range(len(table)), scores, color=colors)
-    for bar, r in zip(bars, table):
-        if not within_budget(r, max_ppl):
-            bar.set_hatch("//")
-        ppl = r.get("perplexity_change_pct", float("nan"))
-        if ppl == ppl:
-            ax.annotate(f"ppl {ppl:+.3f} %", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
-    if max_ppl is not None:
-        title += f"\ngrey, hatched: mean perplexity change over {max_ppl:g} % (not chosen)"
-    ax.set_xticks(range(len(table)), labels, rotation=60, ha="right", fontsize=7)
-    short = {"efficacy_prob": "effP", "generalization_prob": "genP", "efficacy_acc": "eff", "generalization_acc": "gen",
-             "locality_unchanged": "locU"}
-    ax.set_ylabel(f"score: harmonic mean of {', '.join(short[c] for c in SCORES[score])} (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3, axis="y")
-    save_png(fig, png)
 
 
 def tuned_profile(model_dir: Path, row: dict, method_row: str, tuning: dict, own: str | None = None):
@@ -286,6 +264,7 @@ def cmd_tune(args) -> int:
     from .profile import read_profile, write_profile
     from .requests import load_requests
     from .resolve import edit_layer_for, layer_list, request_file, resolve_model
+    from .tune_plot import plot
 
     if args.method not in ROWS:
         raise ConfigError(f"unknown bench row {args.method!r}", where="--method", fix=f"use one of {sorted(ROWS)}")
@@ -304,6 +283,11 @@ def cmd_tune(args) -> int:
     if max_ppl is not None and not (math.isfinite(max_ppl) and max_ppl >= 0):
         raise ConfigError(f"--max-ppl-change must be a percentage >= 0, got {max_ppl}", where="--max-ppl-change",
                           fix="e.g. --max-ppl-change 1 (held-out perplexity up by at most 1 % on average)")
+    max_drop = args.max_success_drop
+    if max_drop is not None and not (math.isfinite(max_drop) and 0 <= max_drop <= 100):
+        raise ConfigError(f"--max-success-drop must be points of success rate in 0..100, got {max_drop}",
+                          where="--max-success-drop", fix="e.g. --max-success-drop 0 (no candidate that fails more "
+                                                         "edits than the current settings), 10 to allow one in ten")
     ability = args.ability or max_ppl is not None
     layers = layer_list(args.layers)
     model_dir = resolve_model(args)
@@ -328,17 +312,24 @@ def cmd_tune(args) -> int:
     print(HEADER)
     table = run_tune(model_dir, req_file, args.method, layer, cands, args.n, offset, args.seed, out, not args.quiet,
                      args.score, ability)
-    best = best_index(table, max_ppl)
+    best = best_index(table, max_ppl, max_drop)
+    for i, row in enumerate(table):
+        if not keeps_success(row, table[0], max_drop):
+            print(f"#{i} not chosen: success {row['success_rate']:.1f} % against the current settings' "
+                  f"{table[0]['success_rate']:.1f} % (--max-success-drop {max_drop:g})")
     if max_ppl is not None and not within_budget(table[best], max_ppl):
         print(f"no candidate keeps the mean perplexity change within {max_ppl:g} %: the current settings stay")
     case_ids = [r.case_id for r in request_slice(req_file, args.n, offset)]
     tuning = {"method": args.method, "n": args.n, "offset": offset, "requests": req_file.name,
               "requests_sha256": files_sha256([req_file]), "case_ids": case_ids, "seed": args.seed,
               "score": score_label(args.score), **({"max_ppl_change": max_ppl} if max_ppl is not None else {}),
+              **({"max_success_drop": max_drop} if max_drop is not None else {}),
               "chosen": best, "table": [note_row(r) for r in table]}
     atomic_write_text(out / "tune.json", json.dumps({"model": str(model_dir), **tuning, "rows": table}, indent=1))
+    why = [f"mean ppl change > {max_ppl:g} %" if max_ppl is not None else "",
+           f"success < current's - {max_drop:g} pts" if max_drop is not None else ""]
     plot(table, best, out / "tune.png", f"mobiedit tune {model_dir.name} ({args.method}, {args.n} requests)",
-         args.score, max_ppl)
+         SCORES[args.score], [eligible(r, table, max_ppl, max_drop) for r in table], " or ".join(w for w in why if w))
     print(f"chosen: #{best} — {format_line(best, table[best]).split(None, 1)[1]}")
     print(f"wrote {out / 'tune.json'} and {out / 'tune.png'}")
     if args.write_profile:
@@ -358,7 +349,8 @@ def register(sub) -> None:
                                                         "objective by exact gradients through the prefix graph)")
     sp.add_argument("--layers", help="comma-separated layers to try (default: the profile's)")
     sp.add_argument("--grid", action="append", metavar="KEY=V1,V2",
-                    help="a setting and its values, KEY under objective., context., success. or settle.; repeatable "
+                    help="a setting and its values, KEY under objective., context., success. or settle. (or the "
+                         "forward-only search's own zo. and quant., with --method mobiedit --scope method); repeatable "
                          f"(default: {' '.join(DEFAULT_GRID)})")
     sp.add_argument("--seed", type=int, default=0, help="seed of the context templates and the searches")
     sp.add_argument("--score", choices=sorted(SCORES), default="prob",
@@ -369,6 +361,9 @@ def register(sub) -> None:
     sp.add_argument("--max-ppl-change", type=float, metavar="PCT",
                     help="choose only a candidate whose mean held-out perplexity change is at most PCT %% "
                          "(implies --ability), e.g. 1")
+    sp.add_argument("--max-success-drop", type=float, default=0.0, metavar="PTS",
+                    help="choose only a candidate whose success rate (edits the edited model says) is at most PTS "
+                         "points below the current settings' (default 0: never one that fails more edits)")
     sp.add_argument("--out", default="runs/tune", help="folder for the sweep's JSON and PNG")
     sp.add_argument("--write-profile", action="store_true", help="write the chosen settings into the model's profile")
     sp.add_argument("--scope", choices=("shared", "method"), default="shared",

@@ -254,7 +254,7 @@ def test_a_clamp_ladder_counts_every_rungs_written_checks():
 def test_row_summary_reports_quality_over_the_applied_edits_alone(tmp_path):
     """``quality_applied``: the aggregate over the edits that succeeded (a session writes no
     failed edit unless forced), beside the all-edits ``quality``; the table prints its ppl%."""
-    from mobiedit.bench import format_rows
+    from mobiedit.bench_report import format_rows
     from mobiedit.evaluate import RequestScores
     from mobiedit.rowlog import RowLog
 
@@ -277,7 +277,8 @@ def test_row_summary_reports_quality_over_the_applied_edits_alone(tmp_path):
 def test_row_summary_lists_the_refused_requests_and_the_table_says_so(tmp_path):
     """A request refused before any search (subject at the prompt's position 0) is named in the
     row's ``refused`` and counted under the table; the row's own line stays the second."""
-    from mobiedit.bench import format_rows, row_summary
+    from mobiedit.bench import row_summary
+    from mobiedit.bench_report import format_rows
     from mobiedit.evaluate import RequestScores
     from mobiedit.rowlog import RowLog
 
