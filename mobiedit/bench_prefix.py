@@ -82,7 +82,7 @@ def measure(model_dir: str, layer: int, n_requests: int, K: int, reps: int, quan
     import statistics
 
     from .forward.prefix import compute_prefix_state
-    from .forward.quant import QuantConfig, quantized_copy
+    from .forward.quant import quantized_copy
     from .methods.common import prepare_context
     from .models import load_model
     from .requests import bundled_path, load_requests
@@ -93,7 +93,7 @@ def measure(model_dir: str, layer: int, n_requests: int, K: int, reps: int, quan
     obj = ObjectiveConfig()
     g = torch.Generator().manual_seed(seed)
     ctx = prepare_context(lm, [layer], ContextConfig(), None, g)
-    fwd = quantized_copy(lm.model, lm.family, layer, QuantConfig(quant))
+    fwd = quantized_copy(lm.model, lm.family, layer, quant_spec(quant))
     rows = []
     for req in load_requests(bundled_path("counterfact-edit-1k.json"))[:n_requests]:
         inputs = build_edit_inputs(lm.tokenizer, req, ctx.templates, obj)
@@ -150,7 +150,8 @@ def register(sub) -> None:
     sp = _model_args(sub, "bench-prefix", "prefix-activation reuse: measured per-step speed-up vs FLOP ratio")
     sp.add_argument("--K", type=int, default=17, help="deltas per step (FZOO: 16 directions + base)")
     sp.add_argument("--reps", type=int, default=5, help="timed calls per graph (median)")
-    sp.add_argument("--quant", default="none,w8a16", help="comma-separated forward graphs: none, w8a16, w8a8, bf16")
+    sp.add_argument("--quant", default="none,w8a16", help="comma-separated forward graphs: none, w8a16, w8a8, bf16 "
+                    "(SCHEME+head: the read-out's differences on bf16 operands too)")
     sp.add_argument("--prefix-only", action="store_true",
                     help="time the prefix graph only (the loop's step; skips the slow full graph): per-scheme step times")
     sp.set_defaults(fn=cmd_bench_prefix)
@@ -167,7 +168,7 @@ def quant_correlation(model_dir: str, layer: int, n_requests: int, K: int, hs: l
     from tqdm import tqdm
 
     from .forward.prefix import compute_prefix_state
-    from .forward.quant import QuantConfig, centered_correlation, quantized_copy
+    from .forward.quant import centered_correlation, quantized_copy
     from .methods.common import prepare_context
     from .models import load_model
     from .requests import bundled_path, load_requests
@@ -178,7 +179,7 @@ def quant_correlation(model_dir: str, layer: int, n_requests: int, K: int, hs: l
     obj = ObjectiveConfig()
     g = torch.Generator().manual_seed(seed)
     ctx = prepare_context(lm, [layer], ContextConfig(), None, g)
-    models = {s: quantized_copy(lm.model, lm.family, layer, QuantConfig(s)) for s in schemes}
+    models = {s: quantized_copy(lm.model, lm.family, layer, quant_spec(s)) for s in schemes}
     table: dict[str, dict[str, list[float]]] = {s: {str(h): [] for h in hs} for s in schemes}
     reqs = load_requests(bundled_path("counterfact-edit-1k.json"))[:n_requests]
     for req in tqdm(reqs, desc="bench-quant", unit="request", disable=not progress):
@@ -196,6 +197,19 @@ def quant_correlation(model_dir: str, layer: int, n_requests: int, K: int, hs: l
     return {"model": str(model_dir), "layer": layer, "K": K, "n_requests": n_requests,
             "median": {s: {h: statistics.median(v) for h, v in row.items()} for s, row in table.items()},
             "per_request": table}
+
+
+def quant_spec(text: str):
+    """A ``--schemes`` item as a :class:`~mobiedit.forward.quant.QuantConfig`: ``SCHEME`` or
+    ``SCHEME+head`` (the read-out's differences on bf16 operands too, ``quant.head_matmul`` "bf16")."""
+    from .forward.quant import QuantConfig
+
+    scheme, plus, extra = text.partition("+")
+    if plus and extra != "head":
+        from .errors import ConfigError
+
+        raise ConfigError(f"bad scheme {text!r}", where="--schemes", fix="write SCHEME or SCHEME+head, e.g. bf16+head")
+    return QuantConfig(scheme, head_matmul="bf16" if plus else "float32")
 
 
 def _sizes(text: str) -> list[float]:
@@ -223,13 +237,15 @@ def cmd_bench_quant(args) -> int:
 
     torch.set_num_threads(1)
     hs = _sizes(args.h)  # before the model is resolved (which may build it)
+    for spec in args.schemes.split(","):
+        quant_spec(spec)
     model_dir = resolve_model(args)
     layer = edit_layer_for(model_dir, args.layer)
     res = quant_correlation(str(model_dir), layer, args.n, args.K, hs, args.schemes.split(","), progress=True)
     print(f"centered correlation of K={args.K} losses with the float graph (median of {args.n} requests, layer {layer})")
-    print(f"{'scheme':<8}" + "".join(f"{'h=' + str(h):>12}" for h in hs))
+    print(f"{'scheme':<11}" + "".join(f"{'h=' + str(h):>12}" for h in hs))
     for s, row in res["median"].items():
-        print(f"{s:<8}" + "".join(f"{row[str(h)]:>12.4f}" for h in hs))
+        print(f"{s:<11}" + "".join(f"{row[str(h)]:>12.4f}" for h in hs))
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(res, indent=1))
     return 0
@@ -239,5 +255,6 @@ def register_quant(sub) -> None:
     sp = _model_args(sub, "bench-quant", "perturbation signal kept by quantized edit graphs (centered correlation)")
     sp.add_argument("--K", type=int, default=32, help="perturbations per request")
     sp.add_argument("--h", default="0.001,0.05,0.5", help="comma-separated perturbation sizes, units of ||v_init||/sqrt(d), e.g. 0.05,0.5")
-    sp.add_argument("--schemes", default="w8a16,w8a8", help="comma-separated quantization schemes to compare")
+    sp.add_argument("--schemes", default="w8a16,w8a8", help="comma-separated quantization schemes to compare; "
+                    "SCHEME+head also runs the read-out's differences on bf16 operands (quant.head_matmul bf16)")
     sp.set_defaults(fn=cmd_bench_quant)

@@ -21,13 +21,17 @@ from ..editing.context import EditInputs
 from ..editing.objective import decay_term, kl_logprobs, kl_rows, nll_per_prompt
 from .kv import RecordingKV
 from .prefix import PrefixState
+from .quant import low_head
 
 
-def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_elems: int
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_elems: int,
+             w_low: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """What the objective reads from the LM head at the read-outs ``h`` [K, R, d], computed over
     vocabulary slices so that the [K, R, V] logits never exist (each slice ≤ ``max_elems``
-    values, and its weight rows upcast to fp32 one slice at a time):
+    values, and its weight rows upcast to fp32 one slice at a time). With ``w_low`` (the head's
+    weight in bf16, ``quant.head_matmul`` "bf16") each slice's logits are the K read-outs' mean's
+    in fp32 plus each one's difference from the mean on bf16 operands: the rounding scales with
+    the perturbation's change of the logits, not with the logits.
 
     ``lse`` [K, R] logsumexp over the vocabulary; ``target`` [K, R] the logit of ``label`` (0 where
     label < 0); ``argmax`` [K, R] the first maximal token; ``kl`` [K, R_kl, V] the full logits of
@@ -37,6 +41,9 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
     K, R, d = h.shape
     V = W.shape[0]
     h = h.float()
+    if w_low is not None:
+        ref = h.mean(0, keepdim=True)
+        dh = (h - ref).to(w_low.dtype)
     rows = max(1, min(max_elems // (K * R), max_elems // d))
     is_t = label >= 0
     lab = label.clamp(min=0)
@@ -46,7 +53,12 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
     target = h.new_zeros(K, R)
     kl = h.new_empty(K, int((~is_t).sum()), V)
     for i in range(0, V, rows):
-        z = torch.nn.functional.linear(h, W[i:i + rows].float(), None if b is None else b[i:i + rows].float())
+        bias = None if b is None else b[i:i + rows].float()
+        if w_low is None:
+            z = torch.nn.functional.linear(h, W[i:i + rows].float(), bias)
+        else:
+            z = torch.nn.functional.linear(ref, W[i:i + rows].float(), bias) \
+                + torch.nn.functional.linear(dh, w_low[i:i + rows]).float()
         lses.append(torch.logsumexp(z, dim=-1))
         v, j = z.max(dim=-1)
         better = v > best  # strict: an earlier slice keeps a tie, as torch.argmax does
@@ -61,14 +73,15 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
 
 def _readout_loss(head: torch.nn.Module, h: torch.Tensor, st_row: torch.Tensor, label: torch.Tensor,
                   n_rewrite: int, target_len: int, kl_ref: torch.Tensor, wd_term: torch.Tensor,
-                  cfg: ObjectiveConfig, max_elems: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  cfg: ObjectiveConfig, max_elems: int, w_low: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Loss [K] and per-prompt target counts [K, n_rewrite] from the read-out hidden states ``h`` [K, R, d].
 
     Log-probs as ``logit − logsumexp``, read only where needed (the target tokens, the KL rows),
     from :func:`_readout`'s vocabulary slices: no [K, R, V] logits or log-softmax copy — the
     largest transients of a big vocabulary.
     """
-    lse, target, argmax, kl_logits = _readout(head, h, label, max_elems)
+    lse, target, argmax, kl_logits = _readout(head, h, label, max_elems, w_low)
     K = h.shape[0]
     is_t = label >= 0
     lp_t = (target - lse)[:, is_t]
@@ -96,6 +109,7 @@ class PrefixGraph(torch.nn.Module):
         self.block_idx = list(range(state.layer + 1, L))
         self.norm = get_module(model, family.final_norm)
         self.head = get_module(model, family.lm_head)
+        self.w_low = low_head(self.head)  # quant.head_matmul "bf16": the read-out's differences in bf16
         # the edit layer's MLP-output norm (Gemma-3), or None: the delta joins the residual as is
         self.post_norm = get_module(model, family.mlp_post_norm, state.layer) \
             if family.mlp_post_norm is not None else None
@@ -110,15 +124,16 @@ class PrefixGraph(torch.nn.Module):
 
     @torch.inference_mode()
     def forward(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        parts = [self._chunk(deltas[i:i + self.k_chunk]) for i in range(0, deltas.shape[0], self.k_chunk)]
+        parts = [self._chunk(deltas[i:i + self.k_chunk], self.w_low) for i in range(0, deltas.shape[0], self.k_chunk)]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     def differentiable(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`forward`'s arithmetic with autograd allowed (the backprop baseline on the same
-        graph, ``rome-lean``): gradients reach ``deltas`` only if it requires them."""
-        return self._chunk(deltas)
+        graph, ``rome-lean``): gradients reach ``deltas`` only if it requires them. The read-out
+        is fp32 throughout (a bf16 ``head_matmul`` is the forward-only loop's)."""
+        return self._chunk(deltas, None)
 
-    def _chunk(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _chunk(self, deltas: torch.Tensor, w_low: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         st = self.state
         K = deltas.shape[0]
         B, S, P = st.shape
@@ -142,7 +157,7 @@ class PrefixGraph(torch.nn.Module):
         wd = decay_term(deltas.float().norm(dim=-1), self.v_init_norm, self.cfg)
         # the LM head by vocabulary slices of at most max_logit_elems logits
         return _readout_loss(self.head, h, st.readout_row, st.readout_label, st.n_rewrite, st.target_len,
-                             st.kl_ref, wd, self.cfg, self.max_logit_elems)
+                             st.kl_ref, wd, self.cfg, self.max_logit_elems, w_low)
 
 
 def _widest(blocks: torch.nn.ModuleList, d: int) -> int:

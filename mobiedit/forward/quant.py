@@ -13,6 +13,10 @@ Schemes:
 The edited ``mlp_out`` of the edit layer and ``lm_head`` always stay float (the delta path);
 ``head_dtype`` "bfloat16" stores the head (and embedding) in bf16 but computes it in fp32
 (:mod:`mobiedit.head`) — half the memory of a big-vocabulary model's largest matrix.
+``head_matmul`` "bf16" runs the loop's LM-head read-out mostly on bf16 operands: the read-out of
+the K deltas' mean in fp32, each delta's difference from it on bf16 (:func:`low_head`,
+:func:`mobiedit.forward.graph._readout`), so the rounding is relative to the perturbation's own
+change of the logits, not to the logits — on a 262k-vocabulary model the read-out is half a step.
 Judge a scheme by :func:`centered_correlation` of its losses with the float graph's across K
 perturbations, not by max error alone.
 """
@@ -42,11 +46,27 @@ class QuantConfig:
 
     scheme: str = "w8a16"
     head_dtype: str = "float32"
+    head_matmul: str = "float32"
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ConfigError(f"unknown scheme {self.scheme!r}", where="quant.scheme", fix=f"use one of {SCHEMES}")
         head_dtype_of(self.head_dtype, "quant.head_dtype")
+        if self.head_matmul not in HEAD_MATMULS:
+            raise ConfigError(f"unknown head matmul {self.head_matmul!r}", where="quant.head_matmul",
+                              fix=f"use one of {HEAD_MATMULS} (bf16: the read-out's differences on bf16 operands)")
+
+
+#: how the loop's read-out multiplies by the LM head: all fp32, or the deltas' differences from their mean in bf16
+HEAD_MATMULS = ("float32", "bf16")
+#: the attribute of the forward model's head module holding its bf16 weight (:func:`low_head`)
+LOW_WEIGHT = "weight_bf16"
+
+
+def low_head(head: torch.nn.Module) -> torch.Tensor | None:
+    """The bf16 weight the read-out multiplies the deltas' differences by, when the forward model
+    was built with ``head_matmul`` "bf16"; None otherwise (every logit in fp32)."""
+    return getattr(head, LOW_WEIGHT, None)
 
 
 def float_islands(model: torch.nn.Module, family: Family, layer: int | Sequence[int]) -> set[str]:
@@ -66,13 +86,19 @@ def quantized_copy(model: torch.nn.Module, family: Family, layer: int | Sequence
     writes) stay ``model``'s own tensors; every other tensor of the copy is its own (the edited
     ``mlp_out`` island in particular, which :meth:`~mobiedit.session.EditSession.sync_forward` writes).
     """
-    if cfg.scheme == "none" and cfg.head_dtype == "float32":
+    if cfg.scheme == "none" and cfg.head_dtype == "float32" and cfg.head_matmul == "float32":
         return model
     head_dtype = head_dtype_of(cfg.head_dtype, "quant.head_dtype")
     replaced = replaced_weights(model, family, layer, cfg)
     shared = replaced + ([] if head_dtype != torch.float32 else read_only_weights(model, family))
     q = quantize_inplace(copy.deepcopy(model, {id(w): w for w in shared}), family, layer, cfg)
     q = narrow_head(q, family, head_dtype)
+    if cfg.head_matmul == "bf16":  # the copy's own head module: the float model's stays as it is
+        from ..families import get_module
+
+        head = get_module(q, family.lm_head)
+        w = head.weight.detach()
+        head.register_buffer(LOW_WEIGHT, w if w.dtype == torch.bfloat16 else w.to(torch.bfloat16), persistent=False)
     left = {id(w) for w in replaced} & {id(p) for p in q.parameters()}
     if left:  # a weight the copy was to replace is still the float model's (a family the schemes miss)
         raise ConfigError(f"{len(left)} weights of the quantized copy are still the float model's",
