@@ -173,7 +173,8 @@ def _search(lm: LoadedModel, req: EditRequest, cfg: MobiEditConfig, ctx: ModelCo
 def search_provenance(cfg: MobiEditConfig) -> dict:
     """What a journal entry records of the search that made it, as a bundle edit's entry does
     (``export.ops``): the ZO settings, the success rule and the forward the search ran on."""
-    return search_record(cfg.zo, cfg.success_fraction, cfg.success_nll, cfg.settle) | {"quant": cfg.quant.scheme}
+    head = {"head_matmul": cfg.quant.head_matmul} if cfg.quant.head_matmul != "float32" else {}
+    return search_record(cfg.zo, cfg.success_fraction, cfg.success_nll, cfg.settle) | {"quant": cfg.quant.scheme} | head
 
 
 class _WrittenStop:
