@@ -50,6 +50,8 @@ SHAPES: dict[str, tuple[str, dict]] = {
 #: a phone's; their s/step is the figure they add.
 SHAPE_ROWS = {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16",
               "rome-lean-bf16": "fp32", "mobiedit-bf16": "fp32",
+              # mobiedit-bf16 with the read-out's differences on bf16 operands (quant.head_matmul bf16)
+              "mobiedit-bf16h": "fp32",
               # the same search on ONNX Runtime nbits programs exported from the fp32 checkpoint, hosted
               # without torch (:mod:`mobiedit.bench_shape_ort`)
               "mobiedit-ort": "fp32"}
@@ -57,7 +59,8 @@ SHAPE_ROWS = {"rome": "fp32", "rome-lean": "w8a16", "mobiedit": "w8a16",
 #: the ratio pairs (A, B) reported as A/B when both rows ran; same precision pairs beside ROME's
 RATIO_PAIRS = (("mobiedit", "rome"), ("mobiedit", "rome-lean"), ("rome-lean", "rome"),
                ("mobiedit-bf16", "rome"), ("mobiedit-bf16", "rome-lean-bf16"), ("rome-lean-bf16", "rome"),
-               ("mobiedit-bf16", "mobiedit"), ("mobiedit-ort", "rome"), ("mobiedit-ort", "rome-lean"),
+               ("mobiedit-bf16", "mobiedit"), ("mobiedit-bf16h", "rome"), ("mobiedit-bf16h", "rome-lean-bf16"),
+               ("mobiedit-bf16h", "mobiedit-bf16"), ("mobiedit-ort", "rome"), ("mobiedit-ort", "rome-lean"),
                ("mobiedit-ort", "mobiedit"))
 
 BUILD_SEED = 0  # random-init weights of the benchmark model (in the build child only)
@@ -104,13 +107,14 @@ def shape_config(row: str, layer: int, steps: int):
 
     if row not in SHAPE_ROWS:
         raise ConfigError(f"unknown row {row!r}", where="--rows", fix=f"use rows from {list(SHAPE_ROWS)}")
-    base, bf16 = row.removesuffix("-bf16").removesuffix("-ort"), row.endswith("-bf16")
+    base = row.removesuffix("-bf16h").removesuffix("-bf16").removesuffix("-ort")
+    bf16, head = row.endswith(("-bf16", "-bf16h")), "bf16" if row.endswith("-bf16h") else "float32"
     if base in ("rome", "rome-lean"):
         quant = {"quant": QuantConfig("bf16", head_dtype="bfloat16")} if bf16 else {}  # else: the weights it loads
         return ROMEConfig(layer=layer, steps=steps, early_loss=0.0, mom2_adjustment=False,
                           prefix_reuse=base == "rome-lean", **quant)
     zo = dataclasses.replace(FZOO.zo, max_steps=steps, max_evals=10**6, check_every=10**6)
-    quant = QuantConfig("bf16", head_dtype="bfloat16") if bf16 else QuantConfig("w8a16")  # w8a16: the checkpoint's
+    quant = QuantConfig("bf16", head_dtype="bfloat16", head_matmul=head) if bf16 else QuantConfig("w8a16")  # w8a16: the checkpoint's
     return MobiEditConfig(layer=layer, zo=zo, quant=quant, early_stop=False,
                           mom2_adjustment=False)
 

@@ -31,6 +31,10 @@ def test_bf16_rows_are_the_same_searches_on_bf16_matmuls_of_the_float_checkpoint
     assert dataclasses.replace(lean16, quant=lean.quant) == lean and dataclasses.replace(mob16, quant=mob.quant) == mob
     with pytest.raises(ConfigError, match="--rows"):
         shape_config("mobiedit-fp16", 5, 3)
+    # -bf16h: the same bf16 search, its read-out's differences on bf16 operands too
+    mob16h = shape_config("mobiedit-bf16h", 5, 3)
+    assert mob16h.quant == QuantConfig("bf16", head_dtype="bfloat16", head_matmul="bf16")
+    assert dataclasses.replace(mob16h, quant=mob16.quant) == mob16 and SHAPE_ROWS["mobiedit-bf16h"] == "fp32"
 
 
 def test_ratios_pair_every_measured_row():

@@ -57,9 +57,10 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
         if w_low is None:
             z = torch.nn.functional.linear(h, W[i:i + rows].float(), bias)
         else:
-            z = torch.nn.functional.linear(ref, W[i:i + rows].float(), bias) \
-                + torch.nn.functional.linear(dh, w_low[i:i + rows]).float()
-        lses.append(torch.logsumexp(z, dim=-1))
+            z = torch.nn.functional.linear(dh, w_low[i:i + rows]).float()
+            z += torch.nn.functional.linear(ref, W[i:i + rows].float(), bias)
+        if w_low is None:
+            lses.append(torch.logsumexp(z, dim=-1))
         v, j = z.max(dim=-1)
         better = v > best  # strict: an earlier slice keeps a tie, as torch.argmax does
         best, argmax = torch.where(better, v, best), torch.where(better, j + i, argmax)
@@ -68,6 +69,8 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
             idx = (lab[inside] - i).view(1, -1, 1).expand(K, -1, 1)
             target[:, inside] = z[:, inside].gather(-1, idx).squeeze(-1)
         kl[..., i:i + z.shape[-1]] = z[:, ~is_t]
+        if w_low is not None:  # the slice's logsumexp from its max, in place (z is not read again)
+            lses.append(v + z.sub_(v.unsqueeze(-1)).exp_().sum(-1).log())
     return torch.logsumexp(torch.stack(lses, dim=-1), dim=-1), target, argmax, kl
 
 
@@ -124,16 +127,24 @@ class PrefixGraph(torch.nn.Module):
 
     @torch.inference_mode()
     def forward(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        parts = [self._chunk(deltas[i:i + self.k_chunk], self.w_low) for i in range(0, deltas.shape[0], self.k_chunk)]
+        chunks = range(0, deltas.shape[0], self.k_chunk)
+        if self.w_low is not None:  # one read-out for all K: the mean's fp32 logits once per call
+            h = torch.cat([self._hidden(deltas[i:i + self.k_chunk]) for i in chunks])
+            return self._loss(deltas, h, self.w_low)
+        parts = [self._chunk(deltas[i:i + self.k_chunk]) for i in chunks]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     def differentiable(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`forward`'s arithmetic with autograd allowed (the backprop baseline on the same
         graph, ``rome-lean``): gradients reach ``deltas`` only if it requires them. The read-out
         is fp32 throughout (a bf16 ``head_matmul`` is the forward-only loop's)."""
-        return self._chunk(deltas, None)
+        return self._chunk(deltas)
 
-    def _chunk(self, deltas: torch.Tensor, w_low: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _chunk(self, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._loss(deltas, self._hidden(deltas), None)
+
+    def _hidden(self, deltas: torch.Tensor) -> torch.Tensor:
+        """The final-normed hidden states at the read-outs [K, R, d], ``deltas`` [K, d] added at layer l."""
         st = self.state
         K = deltas.shape[0]
         B, S, P = st.shape
@@ -153,7 +164,11 @@ class PrefixGraph(torch.nn.Module):
         for blk, kind in zip(self.blocks, st.block_types):
             x = blk(x, attention_mask=mask, position_embeddings=pe.get(kind), past_key_values=cache)
         flat = st.readout_row * S + st.readout_pos
-        h = self.norm(x.view(K, B * S, d)[:, flat])
+        return self.norm(x.view(K, B * S, d)[:, flat])
+
+    def _loss(self, deltas: torch.Tensor, h: torch.Tensor, w_low: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        st = self.state
         wd = decay_term(deltas.float().norm(dim=-1), self.v_init_norm, self.cfg)
         # the LM head by vocabulary slices of at most max_logit_elems logits
         return _readout_loss(self.head, h, st.readout_row, st.readout_label, st.n_rewrite, st.target_len,
