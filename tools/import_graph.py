@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("mobiedit.cli", "mobiedit.export.cli")),
     # benchmarks and harness verbs: above the library API, which they (should) use
     ("harness", ("mobiedit.bench", "mobiedit.bench_rows", "mobiedit.bench_prefix", "mobiedit.bench_shape",
-                 "mobiedit.bench_shape_ort", "mobiedit.demo", "mobiedit.tune",
+                 "mobiedit.bench_shape_ort", "mobiedit.bench_report", "mobiedit.demo", "mobiedit.tune", "mobiedit.tune_plot",
                  "mobiedit.sequential", "mobiedit.sequential_rows", "mobiedit.sequential_run",
                  "mobiedit.sequential_interference", "mobiedit.sequential_report", "mobiedit.sequential_plot",
                  "mobiedit.sequential_resume", "mobiedit.sequential_status",
