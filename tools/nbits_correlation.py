@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bundle_rows(a, model, base)
     prep = prepare(model, base)
     _, ref, feed, scale = float_check_reference(prep, base)
+    if a.h and "," in a.h:
+        p.error("--h takes one size when lowering variants (several only with --bundle)")
     h = float(a.h) if a.h else model_recipe(model, base.edit_shapes.K).zo.h  # the export check's: the search's step
     rows = []
     for v in a.variants.split(","):

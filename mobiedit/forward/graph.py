@@ -56,11 +56,10 @@ def _readout(head: torch.nn.Module, h: torch.Tensor, label: torch.Tensor, max_el
         bias = None if b is None else b[i:i + rows].float()
         if w_low is None:
             z = torch.nn.functional.linear(h, W[i:i + rows].float(), bias)
+            lses.append(torch.logsumexp(z, dim=-1))
         else:
             z = torch.nn.functional.linear(dh, w_low[i:i + rows]).float()
             z += torch.nn.functional.linear(ref, W[i:i + rows].float(), bias)
-        if w_low is None:
-            lses.append(torch.logsumexp(z, dim=-1))
         v, j = z.max(dim=-1)
         better = v > best  # strict: an earlier slice keeps a tie, as torch.argmax does
         best, argmax = torch.where(better, v, best), torch.where(better, j + i, argmax)
